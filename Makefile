@@ -1,0 +1,45 @@
+# The README's two commands: `make run` and `make test`. Both install what they need.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+DEVDB   := $(PY) scripts/devdb.py run --
+PORT    ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: run test lint format bench check venv clean
+
+$(STAMP): requirements/base.txt requirements/dev.txt pyproject.toml
+	@PYBIN=$$(scripts/find-python) || exit 1; \
+	 if [ ! -x $(PY) ]; then echo "creating $(VENV) with $$PYBIN"; "$$PYBIN" -m venv $(VENV) || exit 1; fi
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements/dev.txt -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+## run: the demo site: database, migrations, a worker, the admin, demo work.
+run: $(STAMP)
+	$(DEVDB) $(PY) scripts/run_demo.py --port $(PORT)
+
+## test: the whole suite against a real PostgreSQL.
+test: $(STAMP)
+	$(DEVDB) $(PY) -m pytest $(PYTEST_ARGS)
+
+## check: Django's system checks and the migrations-are-committed check.
+check: $(STAMP)
+	$(DEVDB) sh -c '$(PY) manage.py check --fail-level WARNING && $(PY) manage.py makemigrations --check --dry-run'
+
+lint: $(STAMP)
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
+
+format: $(STAMP)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+## bench: throughput and latency figures (see docs/performance.md).
+bench: $(STAMP)
+	$(DEVDB) $(PY) manage.py benchqueue $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Long-running operations (AIP-151 style) on the workqueue."""

@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class DemoConfig(AppConfig):
+    name = "project.demo"
+    label = "demo"
+    verbose_name = "Demo"
+
+    def ready(self):
+        from project.demo import handlers  # noqa: F401  (registers the demo queue handlers)

@@ -1,0 +1,38 @@
+"""Handlers for the demo queues, so a newcomer, the benchmark and an external worker have real work.
+
+- ``demo.noop`` returns at once;
+- ``demo.sleep`` sleeps for its ``seconds`` metadata value (default 1), reporting progress
+  each tenth of a second and stopping early when cancelled;
+- ``demo.fail`` raises, so retries and final failures show in the admin;
+- ``demo.capped`` sleeps like ``demo.sleep`` on a queue capped at 2 running fleet-wide.
+"""
+
+import time
+
+from workqueue import handlers
+
+
+@handlers.register("demo.noop")
+def noop(item, ctx):
+    return None
+
+
+@handlers.register("demo.sleep")
+def sleep(item, ctx):
+    try:
+        seconds = float(item.metadata.get("seconds", "1"))
+    except ValueError:
+        seconds = 1.0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ctx.cancelled.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
+            return
+        ctx.progress()
+
+
+@handlers.register("demo.fail")
+def fail(item, ctx):
+    raise RuntimeError(f"demo.fail always fails (attempt {ctx.attempt} of {item.max_attempts})")
+
+
+handlers.register("demo.capped", sleep)

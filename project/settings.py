@@ -1,0 +1,111 @@
+"""Settings for the demo project that hosts `workqueue` and `operations`.
+
+Read from the environment with django-environ: DATABASE_URL, DEBUG, SECRET_KEY,
+ALLOWED_HOSTS. `make run` / `make test` set DATABASE_URL for you (scripts/devdb.py).
+"""
+
+import importlib.util
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env(
+    DEBUG=(bool, True),
+    ALLOWED_HOSTS=(list, ["localhost", "127.0.0.1", "[::1]", "testserver"]),
+)
+
+DEBUG = env("DEBUG")
+# A development-only default: never run with it in production.
+SECRET_KEY = env("SECRET_KEY", default="django-insecure-dev-only-do-not-use-in-production")
+ALLOWED_HOSTS = env("ALLOWED_HOSTS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "workqueue",
+    "operations",
+    "project.demo.apps.DemoConfig",
+]
+if importlib.util.find_spec("django_extensions") is not None:
+    INSTALLED_APPS.append("django_extensions")
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "project.wsgi.application"
+ASGI_APPLICATION = "project.asgi.application"
+
+DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/workqueue")}
+# Tests run several suites side by side on one server; let each name its own test database.
+if env("TEST_DATABASE_NAME", default=""):
+    DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".data" / "static"
+
+LOGIN_URL = "admin:login"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "workqueue": {"handlers": ["console"], "level": env("WORKQUEUE_LOG_LEVEL", default="INFO")},
+        "operations": {"handlers": ["console"], "level": env("WORKQUEUE_LOG_LEVEL", default="INFO")},
+    },
+}
+
+# The queue: every setting has a documented default (workqueue/conf.py); these are the demo's.
+WORKQUEUE = {
+    "QUEUES": {
+        "default": {},
+        "demo.noop": {"lease": 30},
+        "demo.sleep": {"lease": 30, "stall": None},
+        "demo.fail": {"max_attempts": 3, "retry_delay": 2, "retry_backoff": 2.0},
+        "demo.capped": {"max_running": 2},
+        # Served to self-hosted workers over the HTTP pull API (docs: README, "Self-hosted workers").
+        "tool_exec": {"over_wire": True, "lease": 60},
+    },
+}
+
+OPERATIONS = {
+    "NOTIFY_CHANNEL": "operations",
+}

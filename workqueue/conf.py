@@ -1,0 +1,261 @@
+"""The ``WORKQUEUE`` setting: one dict, read through one object with documented defaults.
+
+Example (every key optional)::
+
+    WORKQUEUE = {
+        "QUEUES": {
+            "default": {},
+            "emails": {"lease": 30, "max_attempts": 10, "retry_delay": 5},
+            "reports": {"max_running": 3, "hard_timeout": 3600},
+            "tool_exec": {"over_wire": True},
+        },
+        "QUEUE_DEFAULTS": {"lease": 60},
+        "CONCURRENCY": 4,
+    }
+
+Durations are seconds (int or float) or ``datetime.timedelta``. ``manage.py check`` reports a
+bad value by name (workqueue.E001…); code that reads a bad setting raises
+``workqueue.exceptions.WorkqueueSettingsError``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, fields, replace
+from functools import cache
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from workqueue.exceptions import WorkqueueSettingsError
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+DAY = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Per-queue settings. Every field is a key of ``WORKQUEUE["QUEUES"][name]``."""
+
+    name: str = ""
+    #: Seconds a claim holds an item before another worker may take it (renewed while it runs).
+    lease: float = 60.0
+    #: Claims an item may have before it is failed for good; never unlimited.
+    max_attempts: int = 5
+    #: Seconds before the first retry; later retries multiply it by ``retry_backoff``.
+    retry_delay: float = 10.0
+    retry_backoff: float = 2.0
+    #: Upper bound on one retry's delay, seconds.
+    max_retry_delay: float = 3600.0
+    #: Priority given to items enqueued without one (higher runs first).
+    priority: int = 0
+    #: Fleet-wide cap on items of this queue held at once (None = no cap).
+    max_running: int | None = None
+    #: Seconds an attempt may run before the reaper fails it (None = never by wall clock).
+    hard_timeout: float | None = None
+    #: Items of this queue in self_hosted environments are served over HTTP Poll only.
+    over_wire: bool = False
+    #: Seconds without ``ctx.progress()`` before the holder is cancelled (None = no stall check).
+    stall: float | None = None
+    #: Seconds a stopped item is kept before ``reap`` deletes it.
+    retention: float = 7 * DAY
+
+    def retry_delay_for(self, attempts: int) -> float:
+        """Backoff before the retry that follows attempt number ``attempts``."""
+        delay = self.retry_delay * (self.retry_backoff ** max(attempts - 1, 0))
+        return min(delay, self.max_retry_delay)
+
+
+QUEUE_KEYS = {f.name for f in fields(QueueSettings)} - {"name"}
+
+# Top-level keys, their defaults and meaning (the README's settings table is built from this).
+DEFAULTS: dict[str, object] = {
+    "QUEUES": {},  # name -> per-queue dict (see QueueSettings)
+    "QUEUE_DEFAULTS": {},  # per-queue keys applied to every queue before its own
+    "NOTIFY_CHANNEL": "workqueue",  # LISTEN/NOTIFY channel that wakes idle workers
+    "LISTEN_DATABASE_URL": None,  # direct connection for LISTEN when the main one goes through a pooler
+    "PREPARED_STATEMENTS": True,  # prepare hot statements per connection (off behind PgBouncer < 1.21)
+    "POLL_INTERVAL": 5.0,  # backstop seconds between claim passes when no NOTIFY arrives
+    "BATCH": 10,  # items one claim statement takes
+    "CONCURRENCY": 4,  # threads running items in one runworker process
+    "SHUTDOWN_GRACE": 30.0,  # seconds running items get to finish after SIGTERM
+    "WORKER_HEARTBEAT": 10.0,  # seconds between a worker's rows in the workers table
+    "WORKER_STALE_AFTER": 60.0,  # a worker not seen for this long shows as stale
+    "WORKER_FORGET_AFTER": 7 * DAY,  # reap deletes worker rows not seen for this long
+    "STARTUP_LEASE": 60.0,  # wire: lease an ack installs until the first heartbeat
+    "HEARTBEAT_TTL": 60.0,  # wire: lease a heartbeat extends by default
+    "HEARTBEAT_TTL_MIN": 10.0,  # wire: desired_ttl_seconds is clamped to [MIN, MAX]
+    "HEARTBEAT_TTL_MAX": 600.0,
+    "POLLING_WINDOW": 30.0,  # wire: a poller counts in workers_polling for this long
+    "FINALIZE_BATCH": 50,  # wire: abandoned stopping items one poll finalizes
+    "RECOVER_BATCH": 500,  # recover: items per sweep
+    "REAP_BATCH": 1000,  # reap: rows per sweep
+    "STUCK_AFTER": 300.0,  # a queued item this far past its run_after counts as stuck
+    "MAINTENANCE_WARN_AFTER": 600.0,  # a check warns when neither recover nor reap ran for this long
+}
+
+_DURATIONS = {
+    "POLL_INTERVAL",
+    "SHUTDOWN_GRACE",
+    "WORKER_HEARTBEAT",
+    "WORKER_STALE_AFTER",
+    "WORKER_FORGET_AFTER",
+    "STARTUP_LEASE",
+    "HEARTBEAT_TTL",
+    "HEARTBEAT_TTL_MIN",
+    "HEARTBEAT_TTL_MAX",
+    "POLLING_WINDOW",
+    "STUCK_AFTER",
+    "MAINTENANCE_WARN_AFTER",
+}
+_COUNTS = {"BATCH", "CONCURRENCY", "RECOVER_BATCH", "REAP_BATCH", "FINALIZE_BATCH"}
+
+
+def seconds(value: object, *, what: str, allow_none: bool = False, allow_zero: bool = False) -> float | None:
+    """Turn a duration setting into seconds, or raise WorkqueueSettingsError naming it."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise WorkqueueSettingsError(
+            f"{what} must be a number of seconds or a timedelta{' or None' if allow_none else ''}, not {value!r}."
+        )
+    if value < 0 or (value == 0 and not allow_zero):
+        raise WorkqueueSettingsError(f"{what} must be greater than 0, not {value!r}.")
+    return float(value)
+
+
+def _count(value: object, *, what: str, allow_none: bool = False, minimum: int = 1) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise WorkqueueSettingsError(f"{what} must be an integer >= {minimum}, not {value!r}.")
+    return value
+
+
+def _queue(name: str, raw: object, base: QueueSettings, where: str) -> QueueSettings:
+    if not isinstance(raw, dict):
+        raise WorkqueueSettingsError(f"{where} must be a dict of queue settings, not {raw!r}.")
+    unknown = sorted(set(raw) - QUEUE_KEYS)
+    if unknown:
+        raise WorkqueueSettingsError(
+            f"{where} has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"known keys are {', '.join(sorted(QUEUE_KEYS))}."
+        )
+    values: dict[str, object] = {}
+    for key, value in raw.items():
+        what = f"{where}[{key!r}]"
+        if key in ("lease", "retry_delay", "max_retry_delay", "retention"):
+            values[key] = seconds(value, what=what, allow_zero=key == "retry_delay")
+        elif key in ("hard_timeout", "stall"):
+            values[key] = seconds(value, what=what, allow_none=True)
+        elif key == "max_attempts":
+            values[key] = _count(value, what=what)
+        elif key == "max_running":
+            values[key] = _count(value, what=what, allow_none=True)
+        elif key == "priority":
+            values[key] = _count(value, what=what, minimum=-(2**31))
+        elif key == "retry_backoff":
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 1:
+                raise WorkqueueSettingsError(f"{what} must be a number >= 1, not {value!r}.")
+            values[key] = float(value)
+        elif key == "over_wire":
+            if not isinstance(value, bool):
+                raise WorkqueueSettingsError(f"{what} must be True or False, not {value!r}.")
+            values[key] = value
+    return replace(base, name=name, **values)
+
+
+class WorkqueueSettings:
+    """The validated ``WORKQUEUE`` setting. Read it with :func:`wq_settings`."""
+
+    def __init__(self, raw: object):
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise WorkqueueSettingsError(f"WORKQUEUE must be a dict, not {type(raw).__name__}.")
+        unknown = sorted(set(raw) - set(DEFAULTS))
+        if unknown:
+            raise WorkqueueSettingsError(
+                f"WORKQUEUE has unknown key(s) {', '.join(map(repr, unknown))}; "
+                f"known keys are {', '.join(sorted(DEFAULTS))}."
+            )
+        merged = {**DEFAULTS, **raw}
+        for key in _DURATIONS:
+            setattr(self, key.lower(), seconds(merged[key], what=f"WORKQUEUE[{key!r}]"))
+        for key in _COUNTS:
+            setattr(self, key.lower(), _count(merged[key], what=f"WORKQUEUE[{key!r}]"))
+        for key in ("NOTIFY_CHANNEL",):
+            value = merged[key]
+            if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", value):
+                raise WorkqueueSettingsError(
+                    f"WORKQUEUE[{key!r}] must be a plain lowercase SQL identifier, not {value!r}."
+                )
+        self.notify_channel: str = merged["NOTIFY_CHANNEL"]
+        self.listen_database_url: str | None = merged["LISTEN_DATABASE_URL"]
+        if self.listen_database_url is not None and not isinstance(self.listen_database_url, str):
+            raise WorkqueueSettingsError("WORKQUEUE['LISTEN_DATABASE_URL'] must be a URL string or None.")
+        if not isinstance(merged["PREPARED_STATEMENTS"], bool):
+            raise WorkqueueSettingsError("WORKQUEUE['PREPARED_STATEMENTS'] must be True or False.")
+        self.prepared_statements: bool = merged["PREPARED_STATEMENTS"]
+        if self.heartbeat_ttl_min > self.heartbeat_ttl_max:
+            raise WorkqueueSettingsError(
+                "WORKQUEUE['HEARTBEAT_TTL_MIN'] must not exceed WORKQUEUE['HEARTBEAT_TTL_MAX']."
+            )
+
+        self.queue_defaults = _queue("", merged["QUEUE_DEFAULTS"], QueueSettings(), "WORKQUEUE['QUEUE_DEFAULTS']")
+        queues = merged["QUEUES"]
+        if not isinstance(queues, dict):
+            raise WorkqueueSettingsError("WORKQUEUE['QUEUES'] must be a dict of queue name -> settings dict.")
+        self.queues: dict[str, QueueSettings] = {}
+        for name, raw_queue in queues.items():
+            if not isinstance(name, str) or not QUEUE_NAME.match(name):
+                raise WorkqueueSettingsError(
+                    f"WORKQUEUE['QUEUES'] has a bad queue name {name!r}: use letters, digits, '.', '_', ':' "
+                    "or '-', at most 128 characters."
+                )
+            self.queues[name] = _queue(name, raw_queue, self.queue_defaults, f"WORKQUEUE['QUEUES'][{name!r}]")
+        self._extra: dict[str, QueueSettings] = {}
+
+    def queue(self, name: str) -> QueueSettings:
+        """Settings for ``name``: its own entry, or the defaults for a queue not listed."""
+        found = self.queues.get(name) or self._extra.get(name)
+        if found is None:
+            found = self._extra[name] = replace(self.queue_defaults, name=name)
+        return found
+
+    def declare(self, name: str, **overrides) -> None:
+        """Let another app give a queue its defaults (settings the site wrote still win)."""
+        if name in self.queues:
+            return
+        self._extra[name] = _queue(name, overrides, self.queue_defaults, f"defaults for queue {name!r}")
+
+    def wire_queues(self) -> list[str]:
+        return sorted(q.name for q in self.queues.values() if q.over_wire)
+
+
+_declared: dict[str, dict] = {}
+
+
+def declare_queue(name: str, **defaults) -> None:
+    """Give ``name`` defaults from code (an app's own queue); the site's settings still win."""
+    _declared[name] = defaults
+    wq_settings.cache_clear()
+
+
+@cache
+def wq_settings() -> WorkqueueSettings:
+    """The validated settings (cached; reset when tests override ``WORKQUEUE``)."""
+    obj = WorkqueueSettings(getattr(settings, "WORKQUEUE", None))
+    for name, defaults in _declared.items():
+        obj.declare(name, **defaults)
+    return obj
+
+
+@receiver(setting_changed)
+def _reset(setting, **kwargs):
+    if setting == "WORKQUEUE":
+        wq_settings.cache_clear()

@@ -1,0 +1,66 @@
+"""The queue handler registry ``runworker`` runs: one function per queue.
+
+A handler is ``fn(item, ctx)`` (see ``workqueue.worker.Context``). Register at import time,
+typically in your ``AppConfig.ready()``::
+
+    from workqueue import handlers
+
+    @handlers.register("emails")
+    def send_email(item, ctx):
+        ...
+
+``renews_lease=True`` says the handler keeps its own lease (``operations`` does, through its
+progress flushes), so ``runworker`` runs no lease keeper for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workqueue.conf import QUEUE_NAME
+from workqueue.exceptions import HandlerError
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    queue: str
+    fn: Callable
+    renews_lease: bool = False
+
+
+_registry: dict[str, Handler] = {}
+
+
+def register(queue: str, fn: Callable | None = None, *, renews_lease: bool = False):
+    """Register ``fn`` for ``queue`` (or use as ``@register("queue")``)."""
+
+    def add(fn: Callable) -> Callable:
+        if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+            raise HandlerError(f"bad queue name {queue!r}: use letters, digits, '.', '_', ':' or '-'")
+        if not callable(fn):
+            raise HandlerError(f"the handler for queue {queue!r} must be callable, not {fn!r}")
+        existing = _registry.get(queue)
+        if existing is not None and existing.fn is not fn:
+            raise HandlerError(
+                f"queue {queue!r} already has a handler ({existing.fn.__module__}.{existing.fn.__qualname__}); "
+                "one queue has exactly one handler"
+            )
+        _registry[queue] = Handler(queue, fn, renews_lease)
+        return fn
+
+    return add(fn) if fn is not None else add
+
+
+def unregister(queue: str) -> None:
+    """Forget the handler for ``queue`` (for tests)."""
+    _registry.pop(queue, None)
+
+
+def get(queue: str) -> Handler | None:
+    return _registry.get(queue)
+
+
+def queues() -> list[str]:
+    """Every queue with a handler, sorted."""
+    return sorted(_registry)

@@ -1,0 +1,47 @@
+"""Extension points other apps plug into without ``workqueue`` importing them.
+
+- ``on_settled(fn)``: ``fn(items, reason)`` runs inside the transaction in which a queue
+  rule settled items by itself (attempts spent on a lapsed lease, hard timeout,
+  ``cancel_key``, an operator's force stop), so an app that mirrors work items elsewhere
+  (``operations``) can settle its own rows atomically. ``reason`` is one of
+  ``attempts_exhausted``, ``hard_timeout``, ``cancelled``, ``force_stopped``, ``requeued``.
+- ``register_sweep(kind, name, fn)``: ``fn(dry_run=False) -> dict[str, int]`` is run by
+  ``manage.py recover`` (``kind="recover"``) or ``manage.py reap`` (``kind="reap"``) under
+  the same advisory lock, and its counts are merged into the summary line as
+  ``<name>_<count>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+SettledHook = Callable[[list, str], None]
+Sweep = Callable[..., dict[str, int]]
+
+_settled: list[SettledHook] = []
+_sweeps: dict[str, dict[str, Sweep]] = {"recover": {}, "reap": {}}
+
+
+def on_settled(fn: SettledHook) -> SettledHook:
+    """Call ``fn(items, reason)`` whenever a queue rule settles items (usable as a decorator)."""
+    if fn not in _settled:
+        _settled.append(fn)
+    return fn
+
+
+def settled(items: list, reason: str) -> None:
+    """Tell every ``on_settled`` hook about items a rule just settled (inside its transaction)."""
+    if items:
+        for fn in list(_settled):
+            fn(items, reason)
+
+
+def register_sweep(kind: str, name: str, fn: Sweep) -> None:
+    """Add ``fn`` to the ``recover`` or ``reap`` command under ``name``."""
+    if kind not in _sweeps:
+        raise ValueError(f"sweep kind must be 'recover' or 'reap', not {kind!r}")
+    _sweeps[kind][name] = fn
+
+
+def sweeps(kind: str) -> dict[str, Sweep]:
+    return dict(_sweeps[kind])

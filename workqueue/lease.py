@@ -1,0 +1,191 @@
+"""The lease keeper: renew held items' leases on a background thread while their holders work.
+
+Each held item is renewed every lease/3. One keeper serves many items (``runworker`` runs
+one per process) and renews all the due ones in one statement. It tells a holder to stop,
+through ``Hold.cancelled``, when:
+
+- a renewal finds the proof stale (``reason == "lease_lost"``): somebody else has the item,
+  or it was stopped;
+- the holder has not called ``progress()`` within its stall budget (``"stalled"``): the
+  keeper then *stops renewing*, so the item becomes reclaimable exactly as if the process
+  had died. Report progress at real steps of the work, never on a timer;
+- renewals kept failing (database unreachable) until the lease ran out (``"lease_lost"``).
+
+Each renewal runs under a statement timeout no longer than the lease has left, so a stalled
+database cannot keep a holder working past its lease. ``close()`` stops the thread and
+returns the first failure.
+
+For code that claims items itself::
+
+    keeper = LeaseKeeper()
+    hold = keeper.hold(item, lease=60, stall=300)
+    try:
+        for step in steps:
+            if hold.cancelled.is_set():
+                break
+            do(step)
+            hold.progress()
+    finally:
+        keeper.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+
+from workqueue.items import Item
+
+log = logging.getLogger("workqueue.lease")
+
+
+class Hold:
+    """One item held under a keeper: its cancellation event and its progress clock."""
+
+    __slots__ = ("cancelled", "deadline", "item", "last_progress", "lease", "next_renewal", "reason", "stall")
+
+    def __init__(self, item: Item, lease: float, stall: float | None):
+        now = time.monotonic()
+        self.item = item
+        self.lease = lease
+        self.stall = stall
+        self.cancelled = threading.Event()
+        self.reason: str | None = None
+        self.last_progress = now
+        self.next_renewal = now + lease / 3
+        # Our own estimate of when the lease runs out; only ever used to bound waiting.
+        self.deadline = now + lease
+
+    def progress(self) -> None:
+        """Say the work moved (a real step, not a timer); resets the stall clock."""
+        self.last_progress = time.monotonic()
+
+    def cancel(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.cancelled.set()
+
+
+class LeaseKeeper:
+    """Renews the leases of the items it holds until they are dropped or it is closed."""
+
+    def __init__(self, *, using: str = DEFAULT_DB_ALIAS, tick: float = 0.5, name: str = "workqueue-lease-keeper"):
+        self.using = using
+        self.tick = tick
+        self._holds: dict[int, Hold] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._started = False
+        self.first_failure: BaseException | None = None
+        self.renewals = 0
+        self.lost = 0
+        self.stalled = 0
+
+    def hold(self, item: Item, *, lease: float | None = None, stall: float | None = None) -> Hold:
+        """Start renewing ``item`` (lease seconds: the queue's) and return its Hold."""
+        if lease is None:
+            from workqueue.conf import wq_settings
+
+            lease = wq_settings().queue(item.queue).lease
+        hold = Hold(item, float(lease), stall)
+        with self._lock:
+            self._holds[item.id] = hold
+            if not self._started:
+                self._started = True
+                self._thread.start()
+        self._wake.set()
+        return hold
+
+    def drop(self, hold: Hold | None) -> None:
+        """Stop renewing this item (it was settled or handed on)."""
+        if hold is not None:
+            with self._lock:
+                if self._holds.get(hold.item.id) is hold:
+                    del self._holds[hold.item.id]
+
+    def holds(self) -> list[Hold]:
+        with self._lock:
+            return list(self._holds.values())
+
+    def close(self, timeout: float = 5.0) -> BaseException | None:
+        """Stop the thread (the leases are left as they are) and return the first failure."""
+        self._stop.set()
+        self._wake.set()
+        if self._started:
+            self._thread.join(timeout)
+        return self.first_failure
+
+    # -- the thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._pass()
+                self._wake.wait(self.tick)
+                self._wake.clear()
+        finally:
+            connections[self.using].close()
+
+    def _pass(self) -> None:
+        now = time.monotonic()
+        due: list[Hold] = []
+        for hold in self.holds():
+            if hold.cancelled.is_set() and hold.reason in ("stalled", "lease_lost"):
+                continue
+            if hold.stall is not None and now - hold.last_progress > hold.stall:
+                log.warning("%r stalled: no progress for %.0fs; releasing its lease", hold.item, hold.stall)
+                self.stalled += 1
+                hold.cancel("stalled")
+                self.drop(hold)
+                continue
+            if now >= hold.next_renewal:
+                due.append(hold)
+        if not due:
+            return
+        budget = min(h.deadline for h in due) - now
+        if budget <= 0:
+            for hold in due:
+                self._lost(hold, "the lease ran out before it could be renewed")
+            return
+        started = time.monotonic()
+        try:
+            with transaction.atomic(using=self.using):
+                with connections[self.using].cursor() as cur:
+                    cur.execute("SET LOCAL statement_timeout = %s", [max(int(budget * 1000), 1)])
+                from workqueue.models import WorkItem
+
+                renewed = WorkItem.objects.db_manager(self.using).extend_many(
+                    [h.item for h in due], [h.lease for h in due]
+                )
+        except Exception as exc:
+            if self.first_failure is None:
+                self.first_failure = exc
+            log.warning("lease renewal failed (%s); retrying", exc.__class__.__name__)
+            connections[self.using].close_if_unusable_or_obsolete()
+            for hold in due:
+                hold.next_renewal = time.monotonic() + min(1.0, hold.lease / 10)
+            return
+        self.renewals += 1
+        for hold in due:
+            expiry = renewed.get(hold.item.id)
+            if expiry is None:
+                self._lost(hold, "the proof no longer matches")
+            else:
+                hold.item.lease_expires_at = expiry
+                hold.deadline = started + hold.lease
+                hold.next_renewal = started + hold.lease / 3
+
+    def _lost(self, hold: Hold, why: str) -> None:
+        log.warning("%r lost its lease: %s", hold.item, why)
+        self.lost += 1
+        if self.first_failure is None:
+            from workqueue.exceptions import LeaseLost
+
+            self.first_failure = LeaseLost(f"{hold.item!r}: {why}")
+        hold.cancel("lease_lost")
+        self.drop(hold)

@@ -1,0 +1,63 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from workqueue.worker import WorkerOptions, run_worker
+
+
+def _positive(kind):
+    def parse(value):
+        try:
+            number = kind(value)
+        except ValueError:
+            raise ValueError(value)
+        if number <= 0:
+            raise ValueError(value)
+        return number
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+class Command(BaseCommand):
+    help = "Run the claim loop: take work items from the queues and run their handlers."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="QUEUE",
+            help="Queue to serve (repeatable). Default: every queue with a registered handler.",
+        )
+        parser.add_argument("--concurrency", type=_positive(int), help="Threads running items (WORKQUEUE CONCURRENCY).")
+        parser.add_argument("--batch", type=_positive(int), help="Items one claim takes (WORKQUEUE BATCH).")
+        parser.add_argument("--poll", type=_positive(float), help="Backstop seconds between claims when idle.")
+        parser.add_argument("--max-items", type=_positive(int), help="Exit 0 after this many items.")
+        parser.add_argument("--max-seconds", type=_positive(float), help="Exit 0 after this many seconds.")
+        parser.add_argument("--worker-id", help="Name shown in the admin (default host:pid:random).")
+        parser.add_argument("--grace", type=float, help="Seconds running items get after SIGTERM.")
+        parser.add_argument(
+            "--maintenance",
+            type=_positive(float),
+            metavar="SECONDS",
+            help="Also run recover and reap every SECONDS (for sites without cron).",
+        )
+
+    def handle(self, *args, **opts):
+        try:
+            code = run_worker(
+                WorkerOptions(
+                    queues=opts["queues"] or [],
+                    concurrency=opts["concurrency"],
+                    batch=opts["batch"],
+                    poll=opts["poll"],
+                    max_items=opts["max_items"],
+                    max_seconds=opts["max_seconds"],
+                    worker_id=opts["worker_id"],
+                    grace=opts["grace"],
+                    maintenance=opts["maintenance"],
+                )
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc), returncode=2)
+        if code:
+            raise SystemExit(code)

@@ -1,0 +1,460 @@
+"""``WorkItem.objects``: a QuerySet method per state, and the queue's verbs as manager methods.
+
+Each verb is one named statement from ``sql/queries.sql`` plus row mapping and error
+translation, run on Django's connection so it joins the caller's ``transaction.atomic()``.
+The admin, the dashboard and the commands read through the QuerySet methods only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from django.db import models, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+from psycopg.types.json import Jsonb
+
+from workqueue import hooks, sql
+from workqueue.conf import QUEUE_NAME, wq_settings
+from workqueue.exceptions import InvalidInput, InvalidMetadata, LeaseLost, UnknownEnvironment
+from workqueue.items import Item
+
+MAX_KEY_LENGTH = 512
+METADATA_MAX_KEYS = 16
+METADATA_MAX_KEY_LENGTH = 64
+METADATA_MAX_VALUE_LENGTH = 512
+
+
+class WorkItemQuerySet(models.QuerySet):
+    """Named scopes, one per state; every reader of the table goes through these."""
+
+    def queued(self):
+        return self.filter(state="queued")
+
+    def ready(self):
+        """Queued, due, and not reserved by a live wire poll."""
+        return (
+            self.queued()
+            .filter(run_after__lte=Now())
+            .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=Now()))
+        )
+
+    def scheduled(self):
+        return self.queued().filter(run_after__gt=Now())
+
+    def pending(self):
+        """Queued wire items reserved by a poll that has not been acked yet."""
+        return self.queued().filter(lease_expires_at__gt=Now())
+
+    def running(self):
+        return self.filter(state__in=["starting", "active"])
+
+    def stopping(self):
+        return self.filter(state="stopping")
+
+    def held(self):
+        return self.filter(state__in=["starting", "active", "stopping"])
+
+    def live(self):
+        return self.filter(state__in=["queued", "starting", "active"])
+
+    def unsettled(self):
+        return self.filter(state__in=["queued", "starting", "active", "stopping"])
+
+    def stopped(self):
+        return self.filter(state="stopped")
+
+    def succeeded(self):
+        return self.stopped().filter(outcome="succeeded")
+
+    def failed(self):
+        return self.stopped().filter(outcome="failed")
+
+    def lapsed(self):
+        """Held with a lease that has run out: the holder died, stalled or lost touch."""
+        return self.held().filter(lease_expires_at__lt=Now())
+
+    def stuck(self, stuck_after: float | None = None):
+        """Lapsed holders, and queued items far past their run_after (nobody is claiming them)."""
+        after = dt.timedelta(seconds=stuck_after if stuck_after is not None else wq_settings().stuck_after)
+        late = Q(state="queued", run_after__lt=Now() - after)
+        return self.filter(Q(state__in=["starting", "active", "stopping"], lease_expires_at__lt=Now()) | late)
+
+    def wire_visible(self, environment_id: str):
+        """Items the HTTP pull API may show for this environment (see SPEC: wire-visible)."""
+        return self.filter(environment_id=environment_id, wire=True)
+
+    def in_order(self):
+        """The claim's order: priority, then run_after, then age."""
+        return self.order_by(F("priority").desc(), "run_after", "id")
+
+
+@dataclass(slots=True)
+class ClaimResult:
+    """What one claim statement did: items handed to this worker, and items it settled."""
+
+    items: list[Item] = field(default_factory=list)
+    settled: list[Item] = field(default_factory=list)
+
+
+def validate_metadata(metadata: object, *, allow_null_values: bool = False) -> dict:
+    """Check work item metadata: a string→string map within the size limits."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise InvalidMetadata([f"metadata must be an object of string values, not {type(metadata).__name__}"])
+    problems = []
+    if len(metadata) > METADATA_MAX_KEYS:
+        problems.append(f"at most {METADATA_MAX_KEYS} keys are allowed, got {len(metadata)}")
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not key:
+            problems.append(f"key {key!r} must be a non-empty string")
+        elif len(key) > METADATA_MAX_KEY_LENGTH:
+            problems.append(f"key {key[:20]!r}… is longer than {METADATA_MAX_KEY_LENGTH} characters")
+        if value is None and allow_null_values:
+            continue
+        if not isinstance(value, str):
+            problems.append(f"value of {key!r} must be a string, not {type(value).__name__}")
+        elif len(value) > METADATA_MAX_VALUE_LENGTH:
+            problems.append(f"value of {key!r} is longer than {METADATA_MAX_VALUE_LENGTH} characters")
+    if problems:
+        raise InvalidMetadata(problems)
+    return metadata
+
+
+def _check_queue(queue: object) -> str:
+    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+        raise InvalidInput(
+            f"bad queue name {queue!r}: use letters, digits, '.', '_', ':' or '-', at most 128 characters"
+        )
+    return queue
+
+
+def _check_key(key: object) -> str:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+        raise InvalidInput(f"key must be a non-empty string of at most {MAX_KEY_LENGTH} characters, not {key!r}")
+    if "\x00" in key:
+        raise InvalidInput("key must not contain NUL characters")
+    return key
+
+
+def _seconds(value: object, what: str) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise InvalidInput(f"{what} must be a non-negative number of seconds or a timedelta, not {value!r}")
+    return float(value)
+
+
+def _env_id(environment) -> str | None:
+    if environment is None:
+        return None
+    env_id = getattr(environment, "pk", environment)
+    if not isinstance(env_id, str) or not env_id:
+        raise InvalidInput(f"environment must be an Environment or its id, not {environment!r}")
+    return env_id
+
+
+class WorkItemManager(models.Manager):
+    """The queue's verbs. Each is one statement; see ``sql/queries.sql`` for the SQL."""
+
+    # -- producing work ---------------------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: str,
+        key: str,
+        *,
+        environment=None,
+        priority: int | None = None,
+        delay: float | dt.timedelta | None = None,
+        metadata: dict | None = None,
+        trace_context: dict | None = None,
+        max_attempts: int | None = None,
+        attempts: int = 0,
+    ) -> tuple[Item, bool]:
+        """Queue work for (queue, key) unless a live item exists; return (item, created).
+
+        A repeat while an item is live merges into it: priority only rises, run_after only
+        moves earlier. A held item absorbs the repeat too, so a handler that must see later
+        requests calls ``requeue()``. Idle workers are woken by a NOTIFY at commit.
+        """
+        conf = wq_settings().queue(_check_queue(queue))
+        _check_key(key)
+        env_id = _env_id(environment)
+        if priority is None:
+            priority = conf.priority
+        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
+            raise InvalidInput(f"priority must be a 32-bit integer, not {priority!r}")
+        if max_attempts is None:
+            max_attempts = conf.max_attempts
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidInput(f"max_attempts must be an integer >= 1, not {max_attempts!r}")
+        rows = sql.run(
+            "item_enqueue",
+            {
+                "queue": queue,
+                "key": key,
+                "environment_id": env_id,
+                "priority": priority,
+                "delay": _seconds(delay, "delay"),
+                "attempts": int(attempts),
+                "max_attempts": max_attempts,
+                "metadata": Jsonb(validate_metadata(metadata)),
+                "trace_context": Jsonb(trace_context) if trace_context is not None else None,
+                "over_wire": conf.over_wire,
+                "channel": wq_settings().notify_channel,
+            },
+            using=self.db,
+        )
+        if not rows:
+            raise UnknownEnvironment(env_id)
+        row = rows[0]
+        return Item.from_row(row), bool(row[len(sql.ITEM_COLUMNS)])
+
+    def enqueue_many(self, entries: Iterable, *, environment=None, priority=None, delay=None) -> list[tuple]:
+        """Enqueue a batch in one statement; return [(public_id, queue, key, created), ...].
+
+        Each entry is ``(queue, key)`` or a dict with ``queue``, ``key`` and optionally
+        ``environment``, ``priority``, ``delay``, ``metadata``, ``max_attempts``. Keyword
+        arguments are defaults for every entry.
+        """
+        settings = wq_settings()
+        cols: dict[str, list] = {
+            k: []
+            for k in (
+                "queues",
+                "keys",
+                "environment_ids",
+                "priorities",
+                "delays",
+                "max_attempts",
+                "metadatas",
+                "over_wires",
+            )
+        }
+        for entry in entries:
+            spec = entry if isinstance(entry, dict) else {"queue": entry[0], "key": entry[1]}
+            unknown = set(spec) - {
+                "queue",
+                "key",
+                "environment",
+                "priority",
+                "delay",
+                "metadata",
+                "max_attempts",
+            }
+            if unknown:
+                raise InvalidInput(f"enqueue_many entry has unknown field(s): {', '.join(sorted(unknown))}")
+            conf = settings.queue(_check_queue(spec.get("queue")))
+            prio = spec.get("priority", priority)
+            prio = conf.priority if prio is None else prio
+            if isinstance(prio, bool) or not isinstance(prio, int) or abs(prio) >= 2**31:
+                raise InvalidInput(f"priority must be a 32-bit integer, not {prio!r}")
+            attempts = spec.get("max_attempts") or conf.max_attempts
+            if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+                raise InvalidInput(f"max_attempts must be an integer >= 1, not {attempts!r}")
+            cols["queues"].append(conf.name)
+            cols["keys"].append(_check_key(spec.get("key")))
+            cols["environment_ids"].append(_env_id(spec.get("environment", environment)))
+            cols["priorities"].append(prio)
+            cols["delays"].append(_seconds(spec.get("delay", delay), "delay"))
+            cols["max_attempts"].append(attempts)
+            meta = validate_metadata(spec.get("metadata"))
+            cols["metadatas"].append(Jsonb(meta))
+            cols["over_wires"].append(conf.over_wire)
+        if not cols["queues"]:
+            return []
+        env_ids = {e for e in cols["environment_ids"] if e is not None}
+        if env_ids:
+            from workqueue.models import Environment
+
+            known = set(Environment.objects.using(self.db).filter(pk__in=env_ids).values_list("pk", flat=True))
+            if env_ids - known:
+                raise UnknownEnvironment(sorted(env_ids - known)[0])
+        with transaction.atomic(using=self.db, savepoint=False):
+            rows = sql.run("item_enqueue_many", cols, using=self.db)
+            sql.run(
+                "queue_notify",
+                {"channel": settings.notify_channel, "queues": sorted(set(cols["queues"]))},
+                using=self.db,
+            )
+        return [(r[1], r[2], r[3], r[4]) for r in rows]
+
+    # -- the in-process lane ----------------------------------------------------------
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        *,
+        limit: int,
+        worker_id: str,
+        lease: float | None = None,
+    ) -> ClaimResult:
+        """Take up to ``limit`` items from ``queues`` under a lease (per-queue settings).
+
+        Returns the items handed to this worker (``reclaimed`` set on those whose previous
+        holder's lease lapsed) and any lapsed items it settled failed because their attempts
+        were spent. Returns an empty result, without error, when there is no work.
+        """
+        settings = wq_settings()
+        confs = [settings.queue(_check_queue(q)) for q in queues]
+        if not confs or limit < 1:
+            return ClaimResult()
+        params = {
+            "queues": [c.name for c in confs],
+            "limits": [limit] * len(confs),
+            "leases": [float(lease if lease is not None else c.lease) for c in confs],
+            "caps": [c.max_running for c in confs],
+            "limit": limit,
+            "worker_id": worker_id,
+        }
+        capped = [c.name for c in confs if c.max_running is not None]
+        with transaction.atomic(using=self.db, savepoint=False):
+            if capped:
+                sql.run("queue_lock_caps", {"queues": capped}, using=self.db)
+            rows = sql.run("item_claim", params, using=self.db)
+            result = ClaimResult()
+            for row in rows:
+                item = Item.from_row(row)
+                (result.items if item.state == "active" else result.settled).append(item)
+            hooks.settled(result.settled, "attempts_exhausted")
+        return result
+
+    def extend(self, item: Item, lease: float | None = None) -> dt.datetime:
+        """Push the item's lease out by ``lease`` seconds (queue default); same proof."""
+        seconds = lease if lease is not None else wq_settings().queue(item.queue).lease
+        rows = sql.run(
+            "item_extend", {"id": item.id, "token": item.lease_token, "lease": float(seconds)}, using=self.db
+        )
+        if not rows:
+            raise LeaseLost()
+        item.lease_expires_at = rows[0][0]
+        return rows[0][0]
+
+    def extend_many(self, items: Sequence[Item], leases: Sequence[float]) -> dict[int, dt.datetime]:
+        """Renew many leases in one statement; return {id: new expiry} for those still held."""
+        if not items:
+            return {}
+        rows = sql.run(
+            "item_extend_many",
+            {
+                "ids": [i.id for i in items],
+                "tokens": [i.lease_token for i in items],
+                "leases": [float(x) for x in leases],
+            },
+            using=self.db,
+        )
+        return dict(rows)
+
+    def complete(self, item: Item, outcome: str = "succeeded") -> None:
+        """Settle a held item (default: succeeded); raise LeaseLost if the proof is stale."""
+        _settled, lost = self.complete_many([item], outcome)
+        if lost:
+            raise LeaseLost()
+
+    def complete_many(self, items: Sequence[Item], outcome: str = "succeeded") -> tuple[list[Item], list[Item]]:
+        """Settle many held items in one statement; return (settled, lost).
+
+        Each item presents its own proof: a stale one settles nothing for that item and
+        leaves the others alone.
+        """
+        if outcome not in ("succeeded", "failed", "cancelled", "stopped"):
+            raise InvalidInput(f"outcome must be succeeded, failed, cancelled or stopped, not {outcome!r}")
+        if not items:
+            return [], []
+        rows = sql.run(
+            "item_complete_many",
+            {"ids": [i.id for i in items], "tokens": [i.lease_token for i in items], "outcome": outcome},
+            using=self.db,
+        )
+        done = {r[0] for r in rows}
+        settled, lost = [], []
+        for item in items:
+            if item.id in done:
+                item.state, item.outcome, item.lease_token = "stopped", outcome, None
+                settled.append(item)
+            else:
+                lost.append(item)
+        return settled, lost
+
+    def fail(self, item: Item, error: str, *, delay: float | None = None, permanent: bool = False) -> str:
+        """Record a failed attempt: retry after the backoff while attempts remain, else fail.
+
+        Returns ``"retried"`` or ``"failed"``; raises LeaseLost if the proof is stale.
+        """
+        error = str(error)[:8192]
+        if permanent or item.attempts >= item.max_attempts:
+            rows = sql.run("item_fail", {"id": item.id, "token": item.lease_token, "error": error}, using=self.db)
+            verdict = "failed"
+        else:
+            if delay is None:
+                delay = wq_settings().queue(item.queue).retry_delay_for(item.attempts)
+            rows = sql.run(
+                "item_retry",
+                {"id": item.id, "token": item.lease_token, "error": error, "delay": _seconds(delay, "delay")},
+                using=self.db,
+            )
+            verdict = "retried"
+        if not rows:
+            raise LeaseLost()
+        item.lease_token = None
+        item.state = "stopped" if verdict == "failed" else "queued"
+        return verdict
+
+    def requeue(self, item: Item) -> None:
+        """Hand a held item back to queued (ready now) under its live slot: follow-on work."""
+        if not sql.run("item_requeue", {"id": item.id, "token": item.lease_token}, using=self.db):
+            raise LeaseLost()
+        item.lease_token, item.state = None, "queued"
+
+    def release_many(self, items: Sequence[Item]) -> list[int]:
+        """Give held items back to queued, refunding the attempt their claim charged."""
+        if not items:
+            return []
+        rows = sql.run(
+            "item_release_many",
+            {"ids": [i.id for i in items], "tokens": [i.lease_token for i in items]},
+            using=self.db,
+        )
+        return [r[0] for r in rows]
+
+    def assert_held(self, item: Item) -> None:
+        """Lock the item in the caller's transaction; raise LeaseLost if the proof is stale."""
+        if not transaction.get_connection(self.db).in_atomic_block:
+            raise transaction.TransactionManagementError(
+                "assert_held() locks the row for the rest of a transaction; call it inside "
+                "transaction.atomic(), where a lock proves something"
+            )
+        if not sql.run("item_assert_held", {"id": item.id, "token": item.lease_token}, using=self.db):
+            raise LeaseLost()
+
+    def cancel_key(self, key: str, *, queue: str | None = None) -> list[Item]:
+        """Stop every live item for ``key`` (optionally in one queue), in the caller's transaction."""
+        _check_key(key)
+        if queue is not None:
+            _check_queue(queue)
+        with transaction.atomic(using=self.db, savepoint=False):
+            items = [Item.from_row(r) for r in sql.run("item_cancel_key", {"key": key, "queue": queue}, using=self.db)]
+            hooks.settled(items, "cancelled")
+        return items
+
+    # -- operators --------------------------------------------------------------------
+
+    def force_stop(self, ids: Iterable[int]) -> list[Item]:
+        """Stop the given items now (outcome cancelled); their holders lose their leases."""
+        with transaction.atomic(using=self.db, savepoint=False):
+            items = [Item.from_row(r) for r in sql.run("item_force_stop", {"ids": list(ids)}, using=self.db)]
+            hooks.settled(items, "force_stopped")
+        return items
+
+    def requeue_now(self, ids: Iterable[int]) -> list[Item]:
+        """Make the given unsettled items ready now; holders lose their leases."""
+        with transaction.atomic(using=self.db, savepoint=False):
+            items = [Item.from_row(r) for r in sql.run("item_requeue_now", {"ids": list(ids)}, using=self.db)]
+            hooks.settled(items, "requeued")
+        return items

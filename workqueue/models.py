@@ -1,0 +1,248 @@
+"""The work item and its state machine; environments, workers, pollers, API keys, sweep runs.
+
+A work item moves through these states (the SQL that moves it is in ``sql/queries.sql``)::
+
+    queued ──claim──────────────► active ──complete/fail(final)──► stopped
+      ▲  ▲                          │  ▲
+      │  └──fail (retry, backoff)───┘  └── lapsed lease: claim reclaims it (reclaimed=True)
+      │
+      ├──poll (wire; soft reservation, stays queued)
+      │     └─ack──► starting ──first heartbeat──► active ──graceful stop──► stopping ──► stopped
+      └──── lapsed starting/active wire lease: poll/recover re-offer it under a fresh public id
+
+    any live state ──cancel_key / force stop / hard timeout──► stopped
+
+``queued``, ``starting`` and ``active`` are *live*: one live item per (queue, key).
+``starting``, ``active`` and ``stopping`` are *held*: they carry a lease, and the lease
+proof (``lease_token``) minted when the item was handed out; every write by the holder must
+present it.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from workqueue.managers import WorkItemManager, WorkItemQuerySet
+
+
+class State(models.TextChoices):
+    QUEUED = "queued"
+    STARTING = "starting"
+    ACTIVE = "active"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class Outcome(models.TextChoices):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STOPPED = "stopped"
+
+
+LIVE_STATES = (State.QUEUED, State.STARTING, State.ACTIVE)
+HELD_STATES = (State.STARTING, State.ACTIVE, State.STOPPING)
+UNSETTLED_STATES = (State.QUEUED, State.STARTING, State.ACTIVE, State.STOPPING)
+
+
+def _mint(prefix: str) -> models.Func:
+    return models.Func(models.Value(prefix), function="work_mint_id", output_field=models.CharField())
+
+
+class Environment(models.Model):
+    """Where work runs: ``cloud`` (claimed in-process) or ``self_hosted`` (polled over HTTP)."""
+
+    class Kind(models.TextChoices):
+        CLOUD = "cloud"
+        SELF_HOSTED = "self_hosted"
+
+    id = models.CharField(primary_key=True, max_length=64, db_default=_mint("env_"), editable=False)
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    key_hint = models.CharField(max_length=16, editable=False, help_text="The key's first characters.")
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    key_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        db_table = "work_environments"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class WorkItem(models.Model):
+    """One unit of work. Columns are documented in SPEC.md; the state machine above."""
+
+    id = models.BigAutoField(primary_key=True)
+    public_id = models.CharField(max_length=64, unique=True, db_default=_mint("work_"), editable=False)
+    queue = models.CharField(max_length=128)
+    key = models.CharField(max_length=512)
+    environment = models.ForeignKey(
+        Environment, null=True, blank=True, on_delete=models.PROTECT, related_name="work_items"
+    )
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, null=True, blank=True)
+    priority = models.IntegerField(default=0)
+    run_after = models.DateTimeField(db_default=Now())
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_token = models.UUIDField(null=True, blank=True, editable=False)
+    attempts = models.IntegerField(default=0)
+    max_attempts = models.IntegerField(default=5)
+    reclaimed = models.BooleanField(default=False)
+    handed_out = models.BooleanField(default=False, help_text="Handed out over the wire at least once.")
+    wire = models.BooleanField(default=False, help_text="Served by HTTP Poll only (self_hosted, over_wire).")
+    last_error = models.TextField(blank=True, db_default="")
+    metadata = models.JSONField(default=dict, blank=True)
+    trace_context = models.JSONField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=200, blank=True, db_default="")
+    created_at = models.DateTimeField(db_default=Now())
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkItemManager.from_queryset(WorkItemQuerySet)()
+
+    class Meta:
+        db_table = "work_items"
+        ordering = ["-id"]
+        constraints = [
+            # Enqueue is idempotent per (queue, key) while a live item exists; the ON CONFLICT
+            # of item_enqueue names exactly this predicate.
+            models.UniqueConstraint(
+                fields=["queue", "key"],
+                condition=Q(state__in=["queued", "starting", "active"]),
+                name="work_items_live_key_uniq",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=["queued", "starting", "active", "stopping", "stopped"]),
+                name="work_items_state_valid",
+            ),
+        ]
+        indexes = [
+            # The claim's order for ready in-process items; partial, so the millions of
+            # stopped rows never enter it and it stays small and hot.
+            models.Index(
+                "queue",
+                models.F("priority").desc(),
+                "run_after",
+                "id",
+                condition=Q(state="queued", wire=False),
+                name="work_items_claim_idx",
+            ),
+            # The same order for wire items, per environment (Poll).
+            models.Index(
+                "environment",
+                models.F("priority").desc(),
+                "run_after",
+                "id",
+                condition=Q(state="queued", wire=True),
+                name="work_items_poll_idx",
+            ),
+            # Held items by lease: lapsed-lease reclaim, max_running counts, stuck items.
+            models.Index(
+                fields=["queue", "lease_expires_at"],
+                condition=Q(state__in=["starting", "active", "stopping"]),
+                name="work_items_held_idx",
+            ),
+            # Stopped items by age: reap's retention sweep and the dashboard's last hour.
+            models.Index(fields=["stopped_at"], condition=Q(state="stopped"), name="work_items_stopped_idx"),
+            # cancel_key finds an unsettled item by key alone, across queues.
+            models.Index(
+                fields=["key"],
+                condition=Q(state__in=["queued", "starting", "active", "stopping"]),
+                name="work_items_unsettled_key_idx",
+            ),
+            # The wire's list: newest first per environment, keyset on (created_at, id).
+            models.Index(
+                models.F("environment").asc(),
+                models.F("created_at").desc(),
+                models.F("id").desc(),
+                condition=Q(wire=True),
+                name="work_items_wire_list_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}:{self.key} ({self.state})"
+
+
+class Worker(models.Model):
+    """A ``runworker`` process, as it last reported itself."""
+
+    id = models.CharField(primary_key=True, max_length=200)
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    queues = models.JSONField(default=list)
+    state = models.CharField(max_length=16, default="running")
+    processed = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "work_workers"
+        ordering = ["-last_seen"]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Poller(models.Model):
+    """A self-hosted worker's latest poll of an environment (feeds ``workers_polling``)."""
+
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="pollers")
+    worker_id = models.CharField(max_length=200)
+    last_seen = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "work_pollers"
+        constraints = [
+            models.UniqueConstraint(fields=["environment", "worker_id"], name="work_pollers_env_worker_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.worker_id}@{self.environment_id}"
+
+
+class ApiKey(models.Model):
+    """A control-plane key (``X-Api-Key`` or Bearer) for the wire's metadata/get/stop/stats."""
+
+    name = models.CharField(max_length=200, unique=True)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    key_hint = models.CharField(max_length=16, editable=False)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = "work_api_keys"
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MaintenanceRun(models.Model):
+    """One run of ``recover`` or ``reap``: when, how long, and what it did."""
+
+    name = models.CharField(max_length=32)
+    host = models.CharField(max_length=255, blank=True, default="")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    ok = models.BooleanField(default=True)
+    counts = models.JSONField(default=dict)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "work_maintenance_runs"
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["name", "-started_at"], name="work_maint_name_started_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.started_at:%Y-%m-%d %H:%M:%S}"

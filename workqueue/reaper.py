@@ -1,0 +1,73 @@
+"""``reap``: delete what is finished and fail what overstayed. Each step is bounded."""
+
+from __future__ import annotations
+
+from django.db import DEFAULT_DB_ALIAS
+
+from workqueue import handlers, hooks, sql
+from workqueue.conf import QueueSettings, wq_settings
+from workqueue.items import Item
+
+
+def _known_queues() -> list[QueueSettings]:
+    conf = wq_settings()
+    names = set(conf.queues) | set(conf._extra) | set(handlers.queues())
+    return [conf.queue(n) for n in sorted(names)]
+
+
+def fail_hard_timeouts(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | None = None) -> int:
+    """Fail held items that ran past their queue's hard_timeout (queues with one set)."""
+    timed = [q for q in _known_queues() if q.hard_timeout is not None]
+    if not timed:
+        return 0
+    items = [
+        Item.from_row(r)
+        for r in sql.run(
+            "item_fail_hard_timeout",
+            {
+                "queues": [q.name for q in timed],
+                "timeouts": [q.hard_timeout for q in timed],
+                "now": now,
+                "limit": limit or wq_settings().reap_batch,
+            },
+            using=using,
+        )
+    ]
+    hooks.settled(items, "hard_timeout")
+    return len(items)
+
+
+def delete_stopped(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | None = None) -> int:
+    """Delete stopped items older than their queue's retention."""
+    queues = _known_queues()
+    return sql.rowcount(
+        "item_reap_stopped",
+        {
+            "queues": [q.name for q in queues],
+            "retentions": [q.retention for q in queues],
+            "default_retention": wq_settings().queue_defaults.retention,
+            "now": now,
+            "limit": limit or wq_settings().reap_batch,
+        },
+        using=using,
+    )
+
+
+def prune_pollers(*, using: str = DEFAULT_DB_ALIAS, now=None) -> int:
+    return sql.rowcount("poller_prune", {"now": now, "window": wq_settings().polling_window}, using=using)
+
+
+def forget_workers(*, using: str = DEFAULT_DB_ALIAS, now=None) -> int:
+    return sql.rowcount(
+        "worker_forget_stale", {"now": now, "older_than": wq_settings().worker_forget_after}, using=using
+    )
+
+
+def reap(*, using: str = DEFAULT_DB_ALIAS, now=None) -> dict[str, int]:
+    """Run every workqueue reaping step once; return counts."""
+    return {
+        "timed_out": fail_hard_timeouts(using=using, now=now),
+        "deleted": delete_stopped(using=using, now=now),
+        "pollers_pruned": prune_pollers(using=using, now=now),
+        "workers_forgotten": forget_workers(using=using, now=now),
+    }

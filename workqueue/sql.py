@@ -1,0 +1,120 @@
+"""Load the named statements of ``sql/queries.sql`` once and run them on Django's connection.
+
+Statements run on the connection Django already holds for the thread, so they join the
+caller's ``transaction.atomic()``. They go through a server-side-binding psycopg cursor
+wrapped in Django's cursor wrapper: Django's error translation, ``execute_wrapper`` hooks
+and query logging all still apply, and the hot statements are prepared once per connection
+(``WORKQUEUE["PREPARED_STATEMENTS"]``; turn it off behind a transaction-mode pooler that
+cannot keep prepared statements).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, connections
+
+_NAME = re.compile(r"^-- name: ([a-z0-9_]+)\s*$", re.M)
+
+# The columns every Item is read from, in Item's field order (see workqueue.items).
+ITEM_COLUMNS = (
+    "id",
+    "public_id",
+    "queue",
+    "key",
+    "environment_id",
+    "state",
+    "outcome",
+    "priority",
+    "run_after",
+    "attempts",
+    "max_attempts",
+    "lease_token",
+    "lease_expires_at",
+    "reclaimed",
+    "metadata",
+    "trace_context",
+    "created_at",
+    "started_at",
+    "last_error",
+    "claimed_by",
+    "wire",
+    "handed_out",
+    "acknowledged_at",
+    "last_heartbeat_at",
+    "stop_requested_at",
+    "stopped_at",
+)
+
+
+class Statements:
+    """The named statements of one ``.sql`` file, with ``{fragment}`` placeholders filled."""
+
+    def __init__(self, path: Path, fragments: dict[str, str] | None = None):
+        self.path = path
+        text = path.read_text()
+        parts = _NAME.split(text)
+        self._sql: dict[str, str] = {}
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in self._sql:
+                raise ValueError(f"{path.name}: statement {name!r} is defined twice")
+            body = "\n".join(line for line in body.strip().splitlines() if not line.lstrip().startswith("--"))
+            for key, value in (fragments or {}).items():
+                body = body.replace("{" + key + "}", value)
+            self._sql[name] = body.strip().rstrip(";")
+
+    def __getitem__(self, name: str) -> str:
+        return self._sql[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._sql
+
+    def names(self) -> list[str]:
+        return sorted(self._sql)
+
+
+QUERIES = Statements(
+    Path(__file__).with_name("sql") / "queries.sql",
+    {"item": ", ".join(f"w.{c}" for c in ITEM_COLUMNS)},
+)
+
+
+class _PreparedCursor(psycopg.Cursor):
+    """A server-binding cursor that asks for every statement to be prepared."""
+
+    def execute(self, query, params=None, *, prepare=None, binary=None):
+        return super().execute(query, params, prepare=True, binary=binary)
+
+
+def _cursor(using: str):
+    from workqueue.conf import wq_settings
+
+    conn = connections[using]
+    conn.ensure_connection()
+    raw = conn.connection
+    if wq_settings().prepared_statements:
+        # Django turns automatic preparing off (prepare_threshold=None), which also
+        # disables explicit prepares; a very high threshold keeps Django's own queries
+        # unprepared while ours ask for it.
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = 1 << 30
+        cur = _PreparedCursor(raw)
+    else:
+        cur = psycopg.Cursor(raw)
+    return conn.make_debug_cursor(cur) if conn.queries_logged else conn.make_cursor(cur)
+
+
+def run(name: str, params: dict | None = None, *, using: str = DEFAULT_DB_ALIAS, queries=QUERIES) -> list[tuple]:
+    """Run the statement called ``name`` and return its rows ([] when it returns none)."""
+    with _cursor(using) as cur:
+        cur.execute(queries[name], params or {})
+        return cur.fetchall() if cur.description is not None else []
+
+
+def rowcount(name: str, params: dict | None = None, *, using: str = DEFAULT_DB_ALIAS, queries=QUERIES) -> int:
+    """Run the statement called ``name`` and return how many rows it touched."""
+    with _cursor(using) as cur:
+        cur.execute(queries[name], params or {})
+        return cur.rowcount

@@ -1,0 +1,375 @@
+-- Every statement the workqueue app runs by hand, named entity-first.
+-- A block starts with "-- name: <name>" and runs to the next one; the comment lines
+-- right under the name say what it does and why its predicate has that shape.
+-- {item} expands to the column list every Item is built from (workqueue/sql.py).
+-- Leases are decided by the database clock only: every expiry is now() + interval.
+-- Live states are queued, starting and active; held states are starting, active, stopping.
+
+
+-- name: item_enqueue
+-- Insert a queued item unless a live one holds (queue, key). A repeat may only raise
+-- the priority and pull run_after earlier; it merges into a held item too (created=false).
+-- INSERT ... SELECT ... WHERE: an unknown environment inserts nothing rather than raising,
+-- so the caller's transaction survives the error. wire marks items that only Poll serves.
+-- pg_notify is transactional: delivered at commit, dropped on rollback.
+INSERT INTO work_items AS w (
+    public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
+    metadata, trace_context, wire, reclaimed, handed_out, created_at
+)
+SELECT work_mint_id('work_'), %(queue)s, %(key)s, e.id, 'queued', %(priority)s,
+       now() + make_interval(secs => %(delay)s), %(attempts)s, %(max_attempts)s,
+       %(metadata)s, %(trace_context)s,
+       coalesce(e.kind = 'self_hosted' AND %(over_wire)s, false), false, false, now()
+FROM (SELECT 1) AS one
+LEFT JOIN work_environments e ON e.id = %(environment_id)s
+WHERE %(environment_id)s::text IS NULL OR e.id IS NOT NULL
+ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active')
+DO UPDATE SET priority = greatest(w.priority, excluded.priority),
+              run_after = least(w.run_after, excluded.run_after)
+RETURNING {item}, (xmax = 0) AS created, pg_notify(%(channel)s, w.queue);
+
+
+-- name: item_enqueue_many
+-- enqueue for a batch in one statement: rows come in as parallel arrays. Duplicate keys
+-- inside one batch are collapsed first (ON CONFLICT cannot touch a row twice). The caller
+-- checks environments beforehand, so the join here only reads their kinds.
+INSERT INTO work_items AS w (
+    public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
+    metadata, trace_context, wire, reclaimed, handed_out, created_at
+)
+SELECT work_mint_id('work_'), b.queue, b.key, b.environment_id, 'queued', b.priority,
+       now() + make_interval(secs => b.delay), 0, b.max_attempts, b.metadata, NULL,
+       coalesce(e.kind = 'self_hosted' AND b.over_wire, false), false, false, now()
+FROM (
+    SELECT DISTINCT ON (u.queue, u.key) u.*
+    FROM unnest(%(queues)s::text[], %(keys)s::text[], %(environment_ids)s::text[], %(priorities)s::int[],
+                %(delays)s::float8[], %(max_attempts)s::int[], %(metadatas)s::jsonb[], %(over_wires)s::bool[])
+         WITH ORDINALITY AS u(queue, key, environment_id, priority, delay, max_attempts, metadata, over_wire, ord)
+    ORDER BY u.queue, u.key, u.priority DESC, u.ord
+) AS b
+LEFT JOIN work_environments e ON e.id = b.environment_id
+ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active')
+DO UPDATE SET priority = greatest(w.priority, excluded.priority),
+              run_after = least(w.run_after, excluded.run_after)
+RETURNING w.id, w.public_id, w.queue, w.key, (xmax = 0) AS created;
+
+
+-- name: queue_notify
+-- Wake idle workers of these queues at commit (enqueue_many's companion).
+SELECT count(pg_notify(%(channel)s, q)) FROM unnest(%(queues)s::text[]) AS q;
+
+
+-- name: queue_lock_caps
+-- Serialize claims per capped queue for the rest of this transaction, so the count of
+-- held items that max_running is checked against cannot move under the claim. Locks are
+-- taken in name order (the subquery's ORDER BY) so two claimers never deadlock.
+SELECT count(pg_advisory_xact_lock(hashtextextended('workqueue.max_running:' || q, 0)))
+FROM (SELECT q FROM unnest(%(queues)s::text[]) AS q ORDER BY q) AS ordered;
+
+
+-- name: item_claim
+-- The in-process lane. Per queue, take the best ready items (priority, run_after, age)
+-- and items whose holder's lease lapsed (reclaimed), never wire items; a capped queue
+-- takes no more than its free slots, counted over holders with a live lease. One lease
+-- proof is minted per claim. A lapsed item that has spent its attempts is settled failed
+-- instead of handed out again (second CTE), and returned so hooks can react.
+WITH q AS (
+    SELECT u.name, u.lease_s,
+           CASE WHEN u.cap IS NULL THEN u.n
+                ELSE least(u.n, greatest(u.cap - (
+                    SELECT count(*) FROM work_items h
+                    WHERE h.queue = u.name AND h.state IN ('starting', 'active', 'stopping')
+                      AND h.lease_expires_at > now()), 0))
+           END AS n
+    FROM unnest(%(queues)s::text[], %(limits)s::int[], %(leases)s::float8[], %(caps)s::int[])
+         AS u(name, n, lease_s, cap)
+),
+ready AS (
+    SELECT c.*, q.lease_s FROM q CROSS JOIN LATERAL (
+        SELECT w.id, false AS lapsed, w.priority, w.run_after, w.attempts >= w.max_attempts AS spent
+        FROM work_items w
+        WHERE w.state = 'queued' AND NOT w.wire AND w.queue = q.name AND w.run_after <= now()
+        ORDER BY w.priority DESC, w.run_after, w.id
+        LIMIT q.n
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+),
+lapsed AS (
+    SELECT c.*, q.lease_s FROM q CROSS JOIN LATERAL (
+        SELECT w.id, true AS lapsed, w.priority, w.run_after, w.attempts >= w.max_attempts AS spent
+        FROM work_items w
+        WHERE w.state IN ('starting', 'active') AND NOT w.wire AND w.queue = q.name
+          AND w.lease_expires_at < now()
+        ORDER BY w.lease_expires_at
+        LIMIT q.n
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+),
+candidates AS (
+    SELECT * FROM ready UNION ALL SELECT * FROM lapsed
+    ORDER BY priority DESC, run_after, id
+    LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE work_items w
+    SET state = 'active', attempts = w.attempts + 1, lease_token = gen_random_uuid(),
+        lease_expires_at = now() + make_interval(secs => c.lease_s), started_at = now(),
+        claimed_by = %(worker_id)s, reclaimed = c.lapsed
+    FROM candidates c
+    WHERE w.id = c.id AND NOT (c.lapsed AND c.spent)
+    RETURNING {item}
+),
+settled AS (
+    UPDATE work_items w
+    SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL,
+        lease_expires_at = NULL, reclaimed = true,
+        last_error = format('lease lapsed on attempt %%s of %%s (the holder died or stalled); not retried',
+                            w.attempts, w.max_attempts)
+    FROM candidates c
+    WHERE w.id = c.id AND c.lapsed AND c.spent
+    RETURNING {item}
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT * FROM settled;
+
+
+-- name: item_extend
+-- Move a held item's expiry out; the proof stays. Zero rows means the lease is lost.
+UPDATE work_items
+SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active')
+RETURNING lease_expires_at;
+
+
+-- name: item_extend_many
+-- The lease keeper's renewal for every item a worker holds, in one statement. Items
+-- missing from the result have lost their lease.
+UPDATE work_items w
+SET lease_expires_at = now() + make_interval(secs => t.lease_s)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(leases)s::float8[]) AS t(id, token, lease_s)
+WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active')
+RETURNING w.id, w.lease_expires_at;
+
+
+-- name: item_complete_many
+-- Settle held items with an outcome, many at once; each row presents its own proof, so a
+-- stale proof settles nothing for that row and leaves the others alone.
+UPDATE work_items w
+SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = NULL,
+    lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
+WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active', 'stopping')
+RETURNING w.id;
+
+
+-- name: item_retry
+-- A failed attempt with attempts left: back to queued after the backoff, proof dropped.
+UPDATE work_items
+SET state = 'queued', run_after = now() + make_interval(secs => %(delay)s), lease_token = NULL,
+    lease_expires_at = NULL, last_error = %(error)s, reclaimed = false
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active')
+RETURNING id;
+
+
+-- name: item_fail
+-- A failed attempt with no retry: settled for good with the error.
+UPDATE work_items
+SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL,
+    lease_expires_at = NULL, last_error = %(error)s
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active', 'stopping')
+RETURNING id;
+
+
+-- name: item_requeue
+-- Follow-on work found mid-run: back to queued, ready now, under the same live slot.
+-- It is new work, so its attempt count starts again.
+UPDATE work_items
+SET state = 'queued', run_after = now(), lease_token = NULL, lease_expires_at = NULL,
+    attempts = 0, reclaimed = false
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active')
+RETURNING id;
+
+
+-- name: item_release_many
+-- A graceful give-back (shutdown, refused operations begin): back to queued with the
+-- attempt its claim charged refunded, run_after untouched so the order is kept.
+UPDATE work_items w
+SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL,
+    lease_expires_at = NULL, reclaimed = false, claimed_by = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
+WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active')
+RETURNING w.id;
+
+
+-- name: item_assert_held
+-- Lock the row in the caller's transaction if the proof still matches.
+SELECT id FROM work_items
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active', 'stopping')
+FOR UPDATE;
+
+
+-- name: item_cancel_key
+-- An interrupt: every live or stopping item for the key goes straight to stopped
+-- (cancelled) in the caller's transaction, so a re-enqueue in the same transaction makes a
+-- new item. No proof: the holder's next proof-bearing write fails instead.
+UPDATE work_items AS w
+SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
+    stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
+WHERE key = %(key)s AND state IN ('queued', 'starting', 'active', 'stopping')
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+RETURNING {item};
+
+
+-- name: item_force_stop
+-- Operator's force stop of chosen items (admin): any unsettled item → stopped, cancelled.
+UPDATE work_items AS w
+SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
+    stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
+WHERE id = ANY(%(ids)s::bigint[]) AND state <> 'stopped'
+RETURNING {item};
+
+
+-- name: item_requeue_now
+-- Operator's "requeue now" (admin): queued, starting or active items become ready at once.
+-- Handing a held item back revokes its holder (proof cleared); a wire item that was handed
+-- out gets a fresh public id so its old holder's calls hit 404.
+UPDATE work_items AS w
+SET state = 'queued', run_after = now(), lease_token = NULL, lease_expires_at = NULL,
+    reclaimed = false, acknowledged_at = NULL, started_at = NULL, last_heartbeat_at = NULL,
+    public_id = CASE WHEN handed_out THEN work_mint_id('work_') ELSE public_id END
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('queued', 'starting', 'active')
+RETURNING {item};
+
+
+-- name: item_finalize_stopping
+-- Recover: a stopping item whose lease lapsed has nobody left to finish it; settle it.
+-- SKIP LOCKED and a bound keep the sweep cheap and concurrent-safe.
+UPDATE work_items w
+SET state = 'stopped', outcome = coalesce(w.outcome, 'stopped'), stopped_at = now(),
+    lease_token = NULL, lease_expires_at = NULL
+FROM (
+    SELECT id FROM work_items
+    WHERE state = 'stopping' AND (lease_expires_at IS NULL OR lease_expires_at < coalesce(%(now)s, now()))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS s
+WHERE w.id = s.id
+RETURNING {item};
+
+
+-- name: item_requeue_lapsed
+-- Recover: wire items acked (starting) or heartbeating (active) whose lease lapsed go back
+-- to queued under a fresh public id; one that has spent its attempts is failed instead.
+UPDATE work_items w
+SET state = CASE WHEN w.attempts >= w.max_attempts THEN 'stopped' ELSE 'queued' END,
+    outcome = CASE WHEN w.attempts >= w.max_attempts THEN 'failed' END,
+    stopped_at = CASE WHEN w.attempts >= w.max_attempts THEN now() END,
+    last_error = CASE WHEN w.attempts >= w.max_attempts
+                      THEN format('lease lapsed on attempt %%s of %%s; not retried', w.attempts, w.max_attempts)
+                      ELSE w.last_error END,
+    public_id = CASE WHEN w.attempts >= w.max_attempts THEN w.public_id ELSE work_mint_id('work_') END,
+    lease_token = NULL, lease_expires_at = NULL, acknowledged_at = NULL, started_at = NULL,
+    last_heartbeat_at = NULL, reclaimed = true
+FROM (
+    SELECT id FROM work_items
+    WHERE state IN ('starting', 'active') AND wire AND lease_expires_at < coalesce(%(now)s, now())
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS s
+WHERE w.id = s.id
+RETURNING {item};
+
+
+-- name: item_fail_hard_timeout
+-- Reap: a held item running longer than its queue's hard_timeout (from this attempt's
+-- started_at) is failed for good; clearing the proof tells the holder at its next renewal.
+WITH t AS (
+    SELECT * FROM unnest(%(queues)s::text[], %(timeouts)s::float8[]) AS t(queue, timeout_s)
+),
+victims AS (
+    SELECT v.id, t.timeout_s FROM t CROSS JOIN LATERAL (
+        SELECT h.id FROM work_items h
+        WHERE h.queue = t.queue AND h.state IN ('starting', 'active', 'stopping')
+          AND h.started_at < coalesce(%(now)s, now()) - make_interval(secs => t.timeout_s)
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS v
+)
+UPDATE work_items w
+SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
+    last_error = format('hard timeout: held longer than %%s s', v.timeout_s)
+FROM victims v
+WHERE w.id = v.id
+RETURNING {item};
+
+
+-- name: item_reap_stopped
+-- Reap: delete stopped items older than their queue's retention, a bounded batch at a time.
+DELETE FROM work_items
+WHERE id IN (
+    SELECT w.id FROM work_items w
+    LEFT JOIN unnest(%(queues)s::text[], %(retentions)s::float8[]) AS r(queue, retention_s)
+           ON r.queue = w.queue
+    WHERE w.state = 'stopped'
+      AND w.stopped_at < coalesce(%(now)s, now())
+                         - make_interval(secs => coalesce(r.retention_s, %(default_retention)s))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+
+-- name: poller_prune
+-- Reap: forget wire pollers not seen within the polling window.
+DELETE FROM work_pollers WHERE last_seen < coalesce(%(now)s, now()) - make_interval(secs => %(window)s);
+
+
+-- name: worker_beat
+-- A runworker process says it is alive (and what it serves); inserted on first beat.
+INSERT INTO work_workers AS k (id, host, pid, queues, started_at, last_seen, state, processed, failed)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, now(), now(), %(state)s, %(processed)s, %(failed)s)
+ON CONFLICT (id) DO UPDATE
+SET last_seen = now(), state = excluded.state, queues = excluded.queues, host = excluded.host,
+    pid = excluded.pid, processed = excluded.processed, failed = excluded.failed;
+
+
+-- name: worker_forget_stale
+-- Reap: drop worker rows not seen for a long while (they stay visible as stale until then).
+DELETE FROM work_workers WHERE last_seen < coalesce(%(now)s, now()) - make_interval(secs => %(older_than)s);
+
+
+-- name: maintenance_try_lock
+-- One sweep of a kind at a time across hosts: a session advisory lock, not waited for.
+SELECT pg_try_advisory_lock(hashtextextended(%(name)s, 0));
+
+
+-- name: maintenance_unlock
+SELECT pg_advisory_unlock(hashtextextended(%(name)s, 0));
+
+
+-- name: queue_stats
+-- The dashboard's per-queue counts in one pass over the live part of the table (the partial
+-- indexes keep it off the stopped rows), plus the last hour's settlements.
+SELECT w.queue,
+       count(*) FILTER (WHERE w.state = 'queued' AND w.run_after <= now()
+                         AND (w.lease_expires_at IS NULL OR w.lease_expires_at <= now())) AS ready,
+       count(*) FILTER (WHERE w.state = 'queued' AND w.run_after > now()) AS scheduled,
+       count(*) FILTER (WHERE w.state = 'queued' AND w.lease_expires_at > now()) AS pending,
+       count(*) FILTER (WHERE w.state IN ('starting', 'active')) AS running,
+       count(*) FILTER (WHERE w.state = 'stopping') AS stopping,
+       count(*) FILTER (WHERE w.state IN ('starting', 'active') AND w.lease_expires_at > now()) AS live_held,
+       count(*) FILTER (WHERE (w.state IN ('starting', 'active', 'stopping') AND w.lease_expires_at < now())
+                          OR (w.state = 'queued'
+                              AND w.run_after < now() - make_interval(secs => %(stuck_after)s))) AS stuck,
+       min(w.created_at) FILTER (WHERE w.state = 'queued' AND w.run_after <= now()) AS oldest_ready_at
+FROM work_items w
+WHERE w.state IN ('queued', 'starting', 'active', 'stopping')
+GROUP BY w.queue;
+
+
+-- name: queue_settled_recent
+-- Completed and failed per queue per 5-minute bucket over the last hour (the dashboard chart).
+SELECT queue, outcome, floor(extract(epoch FROM now() - stopped_at) / 300)::int AS bucket, count(*)
+FROM work_items
+WHERE state = 'stopped' AND stopped_at > now() - interval '1 hour'
+GROUP BY 1, 2, 3;

@@ -1,0 +1,539 @@
+"""The claim loop ``manage.py runworker`` hosts.
+
+One process: a main loop that claims batches, ``concurrency`` threads that run handlers, a
+settler thread that completes finished items in batches, a lease keeper that renews what
+is held, and the process's shared LISTEN connection that wakes the loop.
+
+The main loop's shape: claim in a short transaction; hand items to the runners; a pass that
+filled its batch goes straight round; otherwise wait for "notified, or capacity freed, or
+poll interval, or stop". The first SIGTERM/SIGINT stops claiming, lets running items finish
+within the grace period, cancels and releases the rest back to queued and exits 0; a second
+signal exits at once. A database outage is logged and ridden out with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as stdqueue
+import signal
+import socket
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, transaction
+from django.db.utils import InterfaceError, OperationalError
+
+from workqueue import handlers as registry
+from workqueue import listener as listener_mod
+from workqueue import sql
+from workqueue.conf import wq_settings
+from workqueue.exceptions import LeaseLost, Permanent, Retry
+from workqueue.items import Item
+from workqueue.lease import Hold, LeaseKeeper
+
+log = logging.getLogger("workqueue.worker")
+
+_DB_ERRORS = (OperationalError, InterfaceError)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class WorkerOptions:
+    queues: list[str] = field(default_factory=list)
+    concurrency: int | None = None
+    batch: int | None = None
+    poll: float | None = None
+    max_items: int | None = None
+    max_seconds: float | None = None
+    worker_id: str | None = None
+    grace: float | None = None
+    using: str = DEFAULT_DB_ALIAS
+    install_signals: bool = True
+    maintenance: float | None = None  # seconds between recover+reap runs (None = off)
+
+
+class Context:
+    """What a handler gets beside its item.
+
+    - ``reclaimed``: the previous holder's lease lapsed (it died or stalled); surface recovery.
+    - ``attempt`` / ``final``: this attempt's number, and whether a failure now is the last.
+    - ``cancelled``: an Event set when the lease is lost, the holder stalled, the item was
+      stopped (``cancel_key``, force stop) or the shutdown grace period ended. Check it
+      between steps and stop early.
+    - ``progress()``: report a real step of work (feeds the stall budget).
+    - ``complete()`` / ``fail()`` / ``requeue()``: settle the item yourself, e.g. inside your
+      own ``transaction.atomic()`` so the settlement commits with your writes.
+    """
+
+    __slots__ = ("_hold", "_settled_on_commit", "cancelled", "item", "settled", "using", "worker_id")
+
+    def __init__(self, item: Item, hold: Hold | None, worker_id: str, using: str):
+        self.item = item
+        self._hold = hold
+        self.cancelled = hold.cancelled if hold is not None else threading.Event()
+        self.settled = False
+        self.worker_id = worker_id
+        self.using = using
+
+    @property
+    def reclaimed(self) -> bool:
+        return self.item.reclaimed
+
+    @property
+    def attempt(self) -> int:
+        return self.item.attempts
+
+    @property
+    def final(self) -> bool:
+        return self.item.final
+
+    def progress(self) -> None:
+        if self._hold is not None:
+            self._hold.progress()
+
+    def _mark_settled(self) -> None:
+        conn = transaction.get_connection(self.using)
+        if conn.in_atomic_block:
+            transaction.on_commit(self._set_settled, using=self.using)
+        else:
+            self.settled = True
+
+    def _set_settled(self) -> None:
+        self.settled = True
+
+    def complete(self, outcome: str = "succeeded") -> None:
+        """Settle the item now (raises LeaseLost if it is no longer yours)."""
+        from workqueue.models import WorkItem
+
+        WorkItem.objects.db_manager(self.using).complete(self.item, outcome)
+        self._mark_settled()
+
+    def fail(self, error: str, *, permanent: bool = False, delay: float | None = None) -> str:
+        from workqueue.models import WorkItem
+
+        verdict = WorkItem.objects.db_manager(self.using).fail(self.item, error, permanent=permanent, delay=delay)
+        self._mark_settled()
+        return verdict
+
+    def requeue(self) -> None:
+        from workqueue.models import WorkItem
+
+        WorkItem.objects.db_manager(self.using).requeue(self.item)
+        self._mark_settled()
+
+
+class Worker:
+    """A claim loop over some queues; ``run()`` blocks until it is told to stop."""
+
+    def __init__(self, options: WorkerOptions):
+        conf = wq_settings()
+        self.options = options
+        self.using = options.using
+        self.queues = sorted(options.queues or registry.queues())
+        missing = [q for q in self.queues if registry.get(q) is None]
+        if missing:
+            raise ValueError(
+                f"no handler registered for queue(s) {', '.join(missing)}; "
+                f"registered: {', '.join(registry.queues()) or '(none)'}"
+            )
+        if not self.queues:
+            raise ValueError("no queues to serve: register a handler with workqueue.handlers.register()")
+        self.worker_id = options.worker_id or default_worker_id()
+        self.concurrency = options.concurrency or conf.concurrency
+        self.batch = options.batch or conf.batch
+        self.poll = options.poll if options.poll is not None else conf.poll_interval
+        self.grace = options.grace if options.grace is not None else conf.shutdown_grace
+        self.max_inflight = max(self.batch, self.concurrency)
+        self.refill_at = self.max_inflight - max(1, self.batch // 2)
+        self.keeper = LeaseKeeper(using=self.using)
+        self.wake = listener_mod.Signal()
+        self._runq: stdqueue.SimpleQueue = stdqueue.SimpleQueue()
+        self._settle: list[tuple[Item, Hold | None]] = []
+        self._settle_cv = threading.Condition()
+        self._holds: dict[int, Hold] = {}
+        self._running: dict[int, Context] = {}
+        self._lock = threading.Lock()
+        self.inflight = 0
+        self.processed = 0
+        self.succeeded = 0
+        self.failed = 0
+        self.lost = 0
+        self.claims = 0
+        self._stopping = threading.Event()
+        self._draining = False
+        self._threads: list[threading.Thread] = []
+        self._listen_token: int | None = None
+        self._signals = 0
+        self._started = time.monotonic()
+        self._last_beat = 0.0
+        self._last_maintenance = 0.0
+
+    # -- control ------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop claiming and drain (what the first SIGTERM does)."""
+        self._stopping.set()
+        self.wake.set()
+
+    def _on_signal(self, signum, _frame) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second signal: exiting now")
+            os._exit(1)
+        log.info(
+            "%s received: finishing running items (grace %.0fs), then exiting",
+            signal.Signals(signum).name,
+            self.grace,
+        )
+        self.request_stop()
+
+    def _on_notify(self, payload: str | None) -> None:
+        if payload is None or payload in self._queue_set:
+            self.wake.set()
+
+    # -- main loop ----------------------------------------------------------------------
+
+    def run(self) -> int:
+        self._queue_set = set(self.queues)
+        if self.options.install_signals and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        listener = listener_mod.shared()
+        self._listen_token = listener.subscribe(wq_settings().notify_channel, self._on_notify)
+        for n in range(self.concurrency):
+            t = threading.Thread(target=self._runner, name=f"workqueue-runner-{n}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        settler = threading.Thread(target=self._settler, name="workqueue-settler", daemon=True)
+        settler.start()
+        log.info(
+            "worker %s serving %s (concurrency %d, batch %d, poll %.1fs)",
+            self.worker_id,
+            ", ".join(self.queues),
+            self.concurrency,
+            self.batch,
+            self.poll,
+        )
+        listener.wait_connected(5.0)
+        backoff = 0.05
+        deadline = self._started + self.options.max_seconds if self.options.max_seconds else None
+        try:
+            while not self._stopping.is_set():
+                if deadline is not None and time.monotonic() >= deadline:
+                    log.info("--max-seconds reached")
+                    break
+                if self.options.max_items is not None and self.processed + self.inflight >= self.options.max_items:
+                    if self.inflight == 0:
+                        log.info("--max-items reached")
+                        break
+                    self.wake.wait(0.05)
+                    continue
+                try:
+                    close_old_connections()
+                    self._beat()
+                    self._maintenance()
+                    claimed, asked = self._claim_pass()
+                    backoff = 0.05
+                except _DB_ERRORS as exc:
+                    log.warning(
+                        "database unavailable (%s: %s); retrying in %.2fs",
+                        exc.__class__.__name__,
+                        exc,
+                        backoff,
+                    )
+                    self._reset_connection()
+                    self._stopping.wait(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                if asked and claimed >= asked:
+                    continue  # a full batch: there is probably more, go straight round
+                timeout = self.poll
+                if deadline is not None:
+                    timeout = max(0.0, min(timeout, deadline - time.monotonic()))
+                self.wake.wait(timeout)
+        finally:
+            self._shutdown()
+        return 0
+
+    def _claim_pass(self) -> tuple[int, int]:
+        with self._lock:
+            free = self.max_inflight - self.inflight
+            if self.inflight > self.refill_at:
+                return 0, 0
+        if self.options.max_items is not None:
+            free = min(free, self.options.max_items - self.processed - self.inflight)
+        if free <= 0:
+            return 0, 0
+        from workqueue.models import WorkItem
+
+        result = WorkItem.objects.db_manager(self.using).claim(self.queues, limit=free, worker_id=self.worker_id)
+        self.claims += 1
+        for item in result.settled:
+            log.warning("%r spent its %d attempts on lapsed leases; failed", item, item.max_attempts)
+        if result.items:
+            conf = wq_settings()
+            with self._lock:
+                self.inflight += len(result.items)
+            for item in result.items:
+                qconf = conf.queue(item.queue)
+                hold = self.keeper.hold(item, lease=qconf.lease, stall=qconf.stall)
+                with self._lock:
+                    self._holds[item.id] = hold
+                self._runq.put(item)
+        return len(result.items), free
+
+    def _reset_connection(self) -> None:
+        try:
+            connections[self.using].close()
+        except Exception:
+            pass
+
+    def _beat(self, state: str = "running", force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_beat < wq_settings().worker_heartbeat:
+            return
+        from psycopg.types.json import Jsonb
+
+        sql.run(
+            "worker_beat",
+            {
+                "id": self.worker_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "queues": Jsonb(self.queues),
+                "state": state,
+                "processed": self.processed,
+                "failed": self.failed,
+            },
+            using=self.using,
+        )
+        self._last_beat = now
+
+    def _maintenance(self) -> None:
+        every = self.options.maintenance
+        if not every or time.monotonic() - self._last_maintenance < every:
+            return
+        self._last_maintenance = time.monotonic()
+        from workqueue import maintenance
+
+        for name in ("recover", "reap"):
+            try:
+                maintenance.run_sweep(name, using=self.using)
+            except _DB_ERRORS:
+                raise
+            except Exception:
+                log.exception("%s failed", name)
+
+    # -- runners ------------------------------------------------------------------------
+
+    def _runner(self) -> None:
+        try:
+            while True:
+                item = self._runq.get()
+                if item is None:
+                    return
+                self._run_one(item)
+        finally:
+            connections.close_all()
+
+    def _run_one(self, item: Item) -> None:
+        handler = registry.get(item.queue)
+        with self._lock:
+            hold = self._holds.get(item.id)
+        if self._draining:
+            self._give_back([item])  # shutting down: do not start it
+            return
+        if handler.renews_lease:
+            # The handler keeps its own lease from here on (operations' progress flushes).
+            self.keeper.drop(hold)
+        ctx = Context(item, hold, self.worker_id, self.using)
+        with self._lock:
+            self._running[item.id] = ctx
+        outcome = None
+        try:
+            handler.fn(item, ctx)
+            outcome = "complete"
+        except Retry as exc:
+            self._fail(item, ctx, str(exc), delay=exc.delay)
+        except Permanent as exc:
+            self._fail(item, ctx, f"{exc.__class__.__name__}: {exc}", permanent=True)
+        except LeaseLost:
+            log.warning("%r: lease lost while running; not settled", item)
+            with self._lock:
+                self.lost += 1
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                raise
+            log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
+            self._fail(item, ctx, _describe(exc))
+        finally:
+            with self._lock:
+                self._running.pop(item.id, None)
+        if outcome == "complete" and not ctx.settled:
+            with self._settle_cv:
+                self._settle.append((item, hold))
+                self._settle_cv.notify()
+            return
+        self._finished(item, hold, ok=outcome == "complete")
+
+    def _fail(self, item: Item, ctx: Context, error: str, *, delay=None, permanent=False) -> None:
+        if ctx.settled:
+            return
+        from workqueue.models import WorkItem
+
+        for attempt in range(3):
+            try:
+                verdict = WorkItem.objects.db_manager(self.using).fail(item, error, delay=delay, permanent=permanent)
+                log.info("%r %s: %s", item, verdict, error.splitlines()[0] if error else "")
+                return
+            except LeaseLost:
+                with self._lock:
+                    self.lost += 1
+                return
+            except _DB_ERRORS:
+                connections[self.using].close()
+                time.sleep(0.2 * (attempt + 1))
+        log.error("%r: could not record the failure; its lease will lapse and it will be retried", item)
+
+    def _finished(self, item: Item, hold: Hold | None, *, ok: bool) -> None:
+        self.keeper.drop(hold)
+        with self._lock:
+            self._holds.pop(item.id, None)
+            self.inflight -= 1
+            self.processed += 1
+            if ok:
+                self.succeeded += 1
+            else:
+                self.failed += 1
+            refill = self.inflight <= self.refill_at
+        if refill:
+            self.wake.set()
+
+    # -- settler ------------------------------------------------------------------------
+
+    def _settler(self) -> None:
+        from workqueue.models import WorkItem
+
+        manager = WorkItem.objects.db_manager(self.using)
+        try:
+            while True:
+                with self._settle_cv:
+                    while not self._settle:
+                        if self._settler_done:
+                            return
+                        self._settle_cv.wait(0.5)
+                    batch, self._settle = self._settle, []
+                for attempt in range(5):
+                    try:
+                        _settled, lost = manager.complete_many([item for item, _ in batch])
+                        break
+                    except _DB_ERRORS as exc:
+                        log.warning("settling %d items failed (%s); retrying", len(batch), exc.__class__.__name__)
+                        connections[self.using].close()
+                        time.sleep(0.2 * (attempt + 1))
+                else:
+                    lost = [item for item, _ in batch]
+                if lost:
+                    log.warning("%d item(s) not settled: lease lost (%s)", len(lost), ", ".join(map(repr, lost[:5])))
+                    with self._lock:
+                        self.lost += len(lost)
+                lost_ids = {i.id for i in lost}
+                for item, hold in batch:
+                    self._finished(item, hold, ok=item.id not in lost_ids)
+        finally:
+            connections.close_all()
+
+    _settler_done = False
+
+    # -- shutdown -----------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        self._stopping.set()
+        if self._listen_token is not None:
+            listener_mod.shared().unsubscribe(self._listen_token)
+        # Items claimed but not started go straight back.
+        self._draining = True
+        waiting = []
+        while True:
+            try:
+                item = self._runq.get_nowait()
+            except stdqueue.Empty:
+                break
+            if item is not None:
+                waiting.append(item)
+        self._give_back(waiting)
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self.inflight == 0:
+                    break
+            time.sleep(0.02)
+        with self._lock:
+            leftover = list(self._running.values())
+        if leftover:
+            log.warning("grace period over: cancelling and releasing %d running item(s)", len(leftover))
+            for ctx in leftover:
+                if ctx._hold is not None:
+                    ctx._hold.cancel("shutdown")
+                else:
+                    ctx.cancelled.set()
+            self._release([ctx.item for ctx in leftover], "shutdown")
+        for _ in self._threads:
+            self._runq.put(None)
+        with self._settle_cv:
+            self._settler_done = True
+            self._settle_cv.notify_all()
+        for t in self._threads:
+            t.join(0.5 if leftover else 5.0)
+        self.keeper.close()
+        try:
+            self._beat("stopped", force=True)
+        except Exception:
+            pass
+        log.info(
+            "worker %s stopped: %d processed (%d failed, %d leases lost)",
+            self.worker_id,
+            self.processed,
+            self.failed,
+            self.lost,
+        )
+        connections.close_all()
+
+    def _give_back(self, items: list[Item]) -> None:
+        """Release claimed items that never started (refunding their attempts)."""
+        if not items:
+            return
+        self._release(items, "not started")
+        for item in items:
+            with self._lock:
+                hold = self._holds.pop(item.id, None)
+                self.inflight -= 1
+            self.keeper.drop(hold)
+
+    def _release(self, items: list[Item], why: str) -> None:
+        from workqueue.models import WorkItem
+
+        try:
+            released = WorkItem.objects.db_manager(self.using).release_many(items)
+            log.info("released %d item(s) back to queued (%s)", len(released), why)
+        except Exception:
+            log.exception("could not release %d item(s); their leases will lapse", len(items))
+
+
+def _describe(exc: BaseException) -> str:
+    """``Class: message`` plus the innermost frames, bounded, for last_error."""
+    tb = traceback.format_exception(exc)
+    text = f"{exc.__class__.__module__}.{exc.__class__.__qualname__}: {exc}\n" + "".join(tb[-4:])
+    return text[:8192]
+
+
+def run_worker(options: WorkerOptions) -> int:
+    """Build a Worker and run it; the entry point ``runworker`` calls."""
+    return Worker(options).run()
