@@ -1,6 +1,8 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # The HTTP pull API for self-hosted workers, at the root so /v1/environments/... works.
+    path("", include("workqueue.wire.urls")),
 ]

@@ -20,6 +20,7 @@ from workqueue import hooks, sql
 from workqueue.conf import QUEUE_NAME, wq_settings
 from workqueue.exceptions import InvalidInput, InvalidMetadata, LeaseLost, UnknownEnvironment
 from workqueue.items import Item
+from workqueue.wire.store import WireLane
 
 MAX_KEY_LENGTH = 512
 METADATA_MAX_KEYS = 16
@@ -159,7 +160,7 @@ def _env_id(environment) -> str | None:
     return env_id
 
 
-class WorkItemManager(models.Manager):
+class WorkItemManager(WireLane, models.Manager):
     """The queue's verbs. Each is one statement; see ``sql/queries.sql`` for the SQL."""
 
     # -- producing work ---------------------------------------------------------------

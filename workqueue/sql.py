@@ -75,10 +75,15 @@ class Statements:
         return sorted(self._sql)
 
 
-QUERIES = Statements(
-    Path(__file__).with_name("sql") / "queries.sql",
-    {"item": ", ".join(f"w.{c}" for c in ITEM_COLUMNS)},
-)
+ITEM_FRAGMENT = ", ".join(f"w.{c}" for c in ITEM_COLUMNS)
+
+
+def load(filename: str) -> Statements:
+    """Load ``workqueue/sql/<filename>`` with the shared ``{item}`` fragment."""
+    return Statements(Path(__file__).with_name("sql") / filename, {"item": ITEM_FRAGMENT})
+
+
+QUERIES = load("queries.sql")
 
 
 class _PreparedCursor(psycopg.Cursor):

@@ -1,0 +1,34 @@
+"""Settings for the test suite (and the runworker subprocesses the tests start).
+
+The demo project's settings plus a test app with its own queues and handlers
+(tests/testapp/handlers.py). Subprocesses get DJANGO_SETTINGS_MODULE=tests.settings and a
+DATABASE_URL naming the test database, so they see exactly what the test wrote.
+"""
+
+from project.settings import *  # noqa: F403
+from project.settings import INSTALLED_APPS, WORKQUEUE
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp.apps.TestAppConfig"]
+
+WORKQUEUE = {
+    **WORKQUEUE,
+    "QUEUES": {
+        **WORKQUEUE["QUEUES"],
+        "test.noop": {},
+        "test.record": {"lease": 5},
+        "test.fail": {"max_attempts": 3, "retry_delay": 0, "retry_backoff": 1},
+        "test.hang": {"lease": 2, "max_attempts": 3},
+        "test.crash": {"lease": 2, "max_attempts": 2},
+        "test.capped": {"max_running": 3, "lease": 5},
+        "test.other": {},
+        "test.short": {"lease": 1.5},
+        "test.stall": {"lease": 3, "stall": 1.0},
+        "test.timeout": {"lease": 30, "hard_timeout": 1},
+        "test.wire": {"over_wire": True, "max_attempts": 3},
+    },
+    "POLL_INTERVAL": 1.0,
+    "WORKER_HEARTBEAT": 1.0,
+    "SHUTDOWN_GRACE": 5.0,
+}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

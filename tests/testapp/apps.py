@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class TestAppConfig(AppConfig):
+    name = "tests.testapp"
+    label = "testapp"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from tests.testapp import handlers  # noqa: F401

@@ -1,0 +1,105 @@
+"""Handlers for the test queues, one named behaviour each.
+
+- test.noop: returns.
+- test.record: records a Completion row in the same transaction it completes the item,
+  so a count of Completions per key is a count of successful settlements.
+- test.fail: always raises.
+- test.hang: waits until cancelled (or metadata["seconds"]), then returns.
+- test.crash: kills its own process with SIGKILL (a poison item).
+- test.capped: samples how many test.capped items are held, sleeps a little, records.
+- test.short / test.stall: sleep metadata["seconds"] (default 0.5) reporting progress unless
+  metadata["progress"] == "no".
+"""
+
+import os
+import signal
+import time
+
+from django.db import transaction
+
+from tests.testapp.models import Completion, Sample
+from workqueue import handlers
+from workqueue.models import WorkItem
+
+
+def _record(item, ctx):
+    Completion.objects.create(
+        queue=item.queue, key=item.key, worker_id=ctx.worker_id, attempt=ctx.attempt, reclaimed=ctx.reclaimed
+    )
+
+
+@handlers.register("test.noop")
+def noop(item, ctx):
+    return None
+
+
+handlers.register("test.other", noop)
+
+
+@handlers.register("test.record")
+def record(item, ctx):
+    seconds = float(item.metadata.get("seconds", "0"))
+    if seconds:
+        time.sleep(seconds)
+    with transaction.atomic():
+        _record(item, ctx)
+        ctx.complete()
+
+
+@handlers.register("test.fail")
+def fail(item, ctx):
+    raise RuntimeError(f"test.fail attempt {ctx.attempt}")
+
+
+@handlers.register("test.hang")
+def hang(item, ctx):
+    seconds = float(item.metadata.get("seconds", "3600"))
+    if not ctx.cancelled.wait(seconds):
+        with transaction.atomic():
+            _record(item, ctx)
+            ctx.complete()
+
+
+@handlers.register("test.crash")
+def crash(item, ctx):
+    if item.metadata.get("crash", "always") == "always" or ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    with transaction.atomic():
+        _record(item, ctx)
+        ctx.complete()
+
+
+@handlers.register("test.capped")
+def capped(item, ctx):
+    held = WorkItem.objects.filter(queue="test.capped").held().filter(lease_expires_at__gt=time_now()).count()
+    Sample.objects.create(name="capped_held", value=held)
+    time.sleep(float(item.metadata.get("seconds", "0.2")))
+    with transaction.atomic():
+        _record(item, ctx)
+        ctx.complete()
+
+
+def time_now():
+    from django.db.models.functions import Now
+
+    return Now()
+
+
+def _sleepy(item, ctx):
+    seconds = float(item.metadata.get("seconds", "0.5"))
+    report = item.metadata.get("progress", "yes") != "no"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ctx.cancelled.wait(0.05):
+            Sample.objects.create(name=f"cancelled:{item.key}", value=1)
+            return
+        if report:
+            ctx.progress()
+    with transaction.atomic():
+        _record(item, ctx)
+        ctx.complete()
+
+
+handlers.register("test.short", _sleepy)
+handlers.register("test.stall", _sleepy)
+handlers.register("test.timeout", _sleepy)

@@ -1,0 +1,1 @@
+"""Admin for the work queue (dashboard, work items, environments, API keys, workers)."""

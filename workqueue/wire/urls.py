@@ -1,0 +1,3 @@
+"""URLconf of the wire API; include it at the root so /v1/environments/... resolves."""
+
+urlpatterns: list = []
