@@ -49,8 +49,10 @@ def check_maintenance(app_configs=None, databases=None, **kwargs):
         when = "never" if last is None else f"last at {last:%Y-%m-%d %H:%M:%S} UTC"
         return [
             checks.Warning(
-                f"neither `manage.py recover` nor `manage.py reap` has run in the last {warn_after / 60:.0f} minutes ({when}).",
-                hint="Schedule both from cron (see the README's crontab) or run `manage.py runworker --maintenance 60`.",
+                f"neither `manage.py recover` nor `manage.py reap` has run in the last "
+                f"{warn_after / 60:.0f} minutes ({when}).",
+                hint="Schedule both from cron (see the README's crontab) or run "
+                "`manage.py runworker --maintenance 60`.",
                 id="workqueue.W001",
             )
         ]
