@@ -5,3 +5,19 @@ class OperationsConfig(AppConfig):
     name = "operations"
     verbose_name = "Operations"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from operations import checks  # noqa: F401  (registers the system checks)
+        from operations import runner, sweeps
+        from operations.conf import ops_settings
+        from workqueue import handlers, hooks
+        from workqueue.conf import declare_queue
+
+        conf = ops_settings()
+        for queue in conf.queues:
+            # The operations defaults for their own queues; a site's WORKQUEUE entry still wins.
+            declare_queue(queue, lease=conf.lease, retry_delay=conf.retry_delay, max_attempts=conf.max_attempts)
+            handlers.register(queue, runner.handle, renews_lease=True)
+        hooks.on_settled(sweeps.on_settled)
+        hooks.register_sweep("recover", "operations", sweeps.recover_sweep)
+        hooks.register_sweep("reap", "operations", sweeps.reap_sweep)

@@ -39,7 +39,11 @@ def check_maintenance(app_configs=None, databases=None, **kwargs):
     from workqueue.conf import wq_settings
     from workqueue.models import MaintenanceRun
 
+    from workqueue.models import Worker
+
     try:
+        if not Worker.objects.exists():
+            return []  # no worker has ever run here: nothing for the sweeps to tend yet
         warn_after = wq_settings().maintenance_warn_after
         latest = MaintenanceRun.objects.filter(ok=True).order_by("-started_at").values_list("started_at", flat=True)
         last = latest.first()

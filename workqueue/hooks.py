@@ -4,8 +4,10 @@
   rule settled items by itself (attempts spent on a lapsed lease, hard timeout,
   ``cancel_key``, an operator's force stop), so an app that mirrors work items elsewhere
   (``operations``) can settle its own rows atomically. ``reason`` is one of
-  ``attempts_exhausted``, ``hard_timeout``, ``cancelled``, ``force_stopped``, ``requeued``.
-- ``register_sweep(kind, name, fn)``: ``fn(dry_run=False) -> dict[str, int]`` is run by
+  ``attempts_exhausted``, ``hard_timeout``, ``cancelled``, ``force_stopped``, ``requeued``,
+  or ``released`` (a worker gave held items back, e.g. at shutdown; the items still carry
+  the lease proof they were held under).
+- ``register_sweep(kind, name, fn)``: ``fn(using=..., dry_run=False) -> dict[str, int]`` is run by
   ``manage.py recover`` (``kind="recover"``) or ``manage.py reap`` (``kind="reap"``) under
   the same advisory lock, and its counts are merged into the summary line as
   ``<name>_<count>``.

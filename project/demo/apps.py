@@ -7,4 +7,4 @@ class DemoConfig(AppConfig):
     verbose_name = "Demo"
 
     def ready(self):
-        from project.demo import handlers  # noqa: F401  (registers the demo queue handlers)
+        from project.demo import handlers, kinds  # noqa: F401  (registers demo queue handlers and kinds)

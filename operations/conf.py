@@ -1,0 +1,161 @@
+"""The ``OPERATIONS`` setting, read through one object with documented defaults.
+
+Example (every key optional)::
+
+    OPERATIONS = {
+        "TABLE_PREFIX": "",          # "ddb" renders the table ddb_operations
+        "QUEUE": "operations",       # the work queue operations are enqueued on by default
+        "NOTIFY_CHANNEL": "operations",
+        "LEASE": 120,                # seconds; extended by every progress flush
+        "PROGRESS_INTERVAL": 2,      # must be shorter than LEASE
+        "MAX_ATTEMPTS": 5,
+    }
+
+Durations are seconds (int/float) or ``datetime.timedelta``. ``manage.py check`` names a bad
+value (operations.E001).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from operations.exceptions import OperationsSettingsError
+
+DAY = 86400.0
+
+DEFAULTS: dict[str, object] = {
+    "TABLE_PREFIX": "",  # namespace for the table: "ddb" -> ddb_operations (fixed at import time)
+    "QUEUE": "operations",  # the work queue start() enqueues on when no queue= is given
+    "QUEUES": None,  # every queue the operations handler serves (default: [QUEUE])
+    "NOTIFY_CHANNEL": "operations",  # payload-free NOTIFY on every write; "" turns it off
+    "RETENTION": 30 * DAY,  # a terminal operation is kept this long before reap deletes it
+    "REAP_BATCH": 1000,  # operations one reap deletes at most
+    "RECOVER_AFTER": 60.0,  # a pending operation with no live work item this old is re-offered
+    "RECOVER_BATCH": 200,  # stranded operations one recover re-offers at most
+    "LEASE": 120.0,  # the one lease of a running operation (row and work item), renewed by flushes
+    "RETRY_DELAY": 30.0,  # seconds before a failed attempt is offered again
+    "MAX_ATTEMPTS": 5,  # attempts before attempts_exhausted; a kind may set its own; never unlimited
+    "PROGRESS_INTERVAL": 2.0,  # seconds between progress flushes (and cancel checks, lease renewals)
+    "WATCHER_POLL": 2.0,  # the watcher re-reads followed operations this often without a NOTIFY
+    "WATCHER_MIN_READ_INTERVAL": 0.25,  # and never more often than this, however many wakes arrive
+    "WATCHER_MAX_SUBSCRIPTIONS": 1024,  # watches one process follows at once (TooManyWatchers past it)
+    "SSE_KEEPALIVE": 15.0,  # seconds between ':' comments on an idle watch stream
+    "OWNER_RESOLVER": "operations.http.default_owner",  # dotted path: request -> owner string or None
+}
+
+_DURATIONS = {
+    "RETENTION",
+    "RECOVER_AFTER",
+    "LEASE",
+    "PROGRESS_INTERVAL",
+    "WATCHER_POLL",
+    "WATCHER_MIN_READ_INTERVAL",
+    "SSE_KEEPALIVE",
+}
+_ZERO_OK = {"RETRY_DELAY"}
+_COUNTS = {"REAP_BATCH", "RECOVER_BATCH", "MAX_ATTEMPTS", "WATCHER_MAX_SUBSCRIPTIONS"}
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def _seconds(key: str, value: object, *, allow_zero: bool = False) -> float:
+    import datetime as dt
+
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise OperationsSettingsError(f"OPERATIONS[{key!r}] must be a number of seconds or a timedelta, not {value!r}.")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise OperationsSettingsError(f"OPERATIONS[{key!r}] must be greater than 0, not {value!r}.")
+    return float(value)
+
+
+class OperationsSettings:
+    """The validated ``OPERATIONS`` setting. Read it with :func:`ops_settings`."""
+
+    def __init__(self, raw: object):
+        raw = {} if raw is None else raw
+        if not isinstance(raw, dict):
+            raise OperationsSettingsError(f"OPERATIONS must be a dict, not {type(raw).__name__}.")
+        unknown = sorted(set(raw) - set(DEFAULTS))
+        if unknown:
+            raise OperationsSettingsError(
+                f"OPERATIONS has unknown key(s) {', '.join(map(repr, unknown))}; "
+                f"known keys are {', '.join(sorted(DEFAULTS))}."
+            )
+        merged = {**DEFAULTS, **raw}
+        for key in _DURATIONS | _ZERO_OK:
+            setattr(self, key.lower(), _seconds(key, merged[key], allow_zero=key in _ZERO_OK))
+        for key in _COUNTS:
+            value = merged[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise OperationsSettingsError(
+                    f"OPERATIONS[{key!r}] must be an integer >= 1, not {value!r}"
+                    + (" (attempts are never unlimited)." if key == "MAX_ATTEMPTS" else ".")
+                )
+            setattr(self, key.lower(), value)
+        prefix = merged["TABLE_PREFIX"]
+        if not isinstance(prefix, str) or (prefix and not _IDENT.match(prefix)) or prefix.endswith("_"):
+            raise OperationsSettingsError(
+                f"OPERATIONS['TABLE_PREFIX'] must be '' or a lowercase SQL identifier not ending in '_', not {prefix!r}."
+            )
+        self.table_prefix: str = prefix
+        channel = merged["NOTIFY_CHANNEL"]
+        if not isinstance(channel, str) or (channel and not _IDENT.match(channel)):
+            raise OperationsSettingsError(
+                f"OPERATIONS['NOTIFY_CHANNEL'] must be '' or a lowercase SQL identifier, not {channel!r}."
+            )
+        self.notify_channel: str = channel
+        from workqueue.conf import QUEUE_NAME
+
+        queue = merged["QUEUE"]
+        if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+            raise OperationsSettingsError(f"OPERATIONS['QUEUE'] must be a queue name, not {queue!r}.")
+        self.queue: str = queue
+        queues = merged["QUEUES"]
+        if queues is None:
+            queues = [queue]
+        if not isinstance(queues, list | tuple) or not all(isinstance(q, str) and QUEUE_NAME.match(q) for q in queues):
+            raise OperationsSettingsError(f"OPERATIONS['QUEUES'] must be a list of queue names, not {queues!r}.")
+        self.queues: list[str] = sorted({queue, *queues})
+        resolver = merged["OWNER_RESOLVER"]
+        if not isinstance(resolver, str) and not callable(resolver):
+            raise OperationsSettingsError("OPERATIONS['OWNER_RESOLVER'] must be a dotted path or a callable.")
+        self.owner_resolver = resolver
+        if self.progress_interval >= self.lease:
+            raise OperationsSettingsError(
+                f"OPERATIONS['PROGRESS_INTERVAL'] ({self.progress_interval:g}s) must be shorter than "
+                f"OPERATIONS['LEASE'] ({self.lease:g}s): a flush is what extends the lease, so a longer "
+                "interval lets every running operation be taken over between flushes."
+            )
+
+    @property
+    def table(self) -> str:
+        return table_name(self.table_prefix)
+
+
+def table_name(prefix: str = "") -> str:
+    """The operations table's name for a namespace prefix: '' -> operations, 'ddb' -> ddb_operations."""
+    return f"{prefix}_operations" if prefix else "operations"
+
+
+@cache
+def ops_settings() -> OperationsSettings:
+    """The validated settings (cached; reset when tests override ``OPERATIONS``)."""
+    return OperationsSettings(getattr(settings, "OPERATIONS", None))
+
+
+def configured_table() -> str:
+    """The table name the model and the migration use, read once from settings."""
+    prefix = (getattr(settings, "OPERATIONS", None) or {}).get("TABLE_PREFIX", "")
+    return table_name(prefix if isinstance(prefix, str) else "")
+
+
+@receiver(setting_changed)
+def _reset(setting, **kwargs):
+    if setting == "OPERATIONS":
+        ops_settings.cache_clear()

@@ -1,0 +1,167 @@
+"""The kinds of operation this process can run: a name, a function, and how progress reads.
+
+Register in an ``AppConfig.ready()`` so every process (web and worker) knows the kind::
+
+    import operations
+
+    @operations.register("reports.export", request_type=ExportRequest, count_label="rows")
+    def export(request: ExportRequest, reporter: operations.Reporter):
+        ...
+        return operations.Result(uri=...)
+
+Request types are dataclasses (encoded as their fields) or, with no type, plain JSON values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from operations.exceptions import (
+    DuplicateKind,
+    InvalidDefinition,
+    InvalidRequest,
+    RequestTooLarge,
+    RequestTypeMismatch,
+    UnknownKind,
+)
+
+KIND = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+MAX_KIND_LENGTH = 128
+MAX_REQUEST_BYTES = 64 * 1024
+MAX_COUNT_LABEL = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    """One kind of long-running work."""
+
+    kind: str
+    run: Callable
+    request_type: type | None = None
+    count_label: str = ""
+    max_attempts: int | None = None
+
+    def encode(self, request) -> object:
+        """Check the request against the kind's type and return its JSON-ready form."""
+        if self.request_type is not None:
+            if not isinstance(request, self.request_type):
+                raise RequestTypeMismatch(
+                    f"kind {self.kind!r} takes a {self.request_type.__qualname__} request, "
+                    f"not {type(request).__qualname__}"
+                )
+            if dataclasses.is_dataclass(request):
+                value = dataclasses.asdict(request)
+            elif hasattr(request, "to_json"):
+                value = request.to_json()
+            else:
+                value = request
+        else:
+            value = request
+        try:
+            encoded = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequest(
+                f"the request for kind {self.kind!r} is not JSON-serialisable ({exc}); "
+                "use plain dicts/lists/str/int/float/bool/None or a dataclass of them"
+            )
+        size = len(encoded.encode())
+        if size > MAX_REQUEST_BYTES:
+            raise RequestTooLarge(
+                f"the encoded request for kind {self.kind!r} is {size:,} bytes, over the "
+                f"{MAX_REQUEST_BYTES:,}-byte limit: store the data elsewhere and pass a reference"
+            )
+        return value
+
+    def decode(self, value):
+        """Rebuild the request the runner receives from its stored form."""
+        if self.request_type is None:
+            return value
+        if dataclasses.is_dataclass(self.request_type):
+            names = {f.name for f in dataclasses.fields(self.request_type)}
+            return self.request_type(**{k: v for k, v in (value or {}).items() if k in names})
+        if hasattr(self.request_type, "from_json"):
+            return self.request_type.from_json(value)
+        return self.request_type(value)
+
+
+class Registry:
+    """Kinds by name. Safe for concurrent use; registration normally happens at start-up."""
+
+    def __init__(self):
+        self._defs: dict[str, Definition] = {}
+        self._lock = threading.Lock()
+
+    def register(
+        self,
+        kind: str,
+        run: Callable | None = None,
+        *,
+        request_type: type | None = None,
+        count_label: str = "",
+        max_attempts: int | None = None,
+    ):
+        """Register ``run`` under ``kind``; without ``run``, return a decorator."""
+
+        def add(fn: Callable) -> Callable:
+            self.add(
+                Definition(
+                    kind=kind, run=fn, request_type=request_type, count_label=count_label, max_attempts=max_attempts
+                )
+            )
+            return fn
+
+        return add(run) if run is not None else add
+
+    def add(self, definition: Definition) -> None:
+        kind = definition.kind
+        if not isinstance(kind, str) or len(kind) > MAX_KIND_LENGTH or not KIND.match(kind):
+            raise InvalidDefinition(
+                f"bad kind name {kind!r}: use lowercase letters and digits separated by '.', '-' or '_', "
+                f"at most {MAX_KIND_LENGTH} characters (e.g. 'reports.export')"
+            )
+        if not callable(definition.run):
+            raise InvalidDefinition(f"kind {kind!r} needs a callable run(request, reporter)")
+        if definition.request_type is not None and not isinstance(definition.request_type, type):
+            raise InvalidDefinition(f"kind {kind!r}: request_type must be a class, not {definition.request_type!r}")
+        if not isinstance(definition.count_label, str) or len(definition.count_label) > MAX_COUNT_LABEL:
+            raise InvalidDefinition(f"kind {kind!r}: count_label must be a string of at most {MAX_COUNT_LABEL} chars")
+        attempts = definition.max_attempts
+        if attempts is not None and (isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1):
+            raise InvalidDefinition(
+                f"kind {kind!r}: max_attempts must be an integer >= 1 or None (attempts are never unlimited)"
+            )
+        with self._lock:
+            if kind in self._defs:
+                raise DuplicateKind(
+                    f"kind {kind!r} is already registered (by {self._defs[kind].run.__module__}); "
+                    "a second registration would swap the code under operations already queued"
+                )
+            self._defs[kind] = definition
+
+    def unregister(self, kind: str) -> None:
+        """Forget a kind (for tests)."""
+        with self._lock:
+            self._defs.pop(kind, None)
+
+    def get(self, kind: str) -> Definition:
+        try:
+            return self._defs[kind]
+        except KeyError:
+            raise UnknownKind(kind, self.kinds())
+
+    def has(self, kind: str) -> bool:
+        return kind in self._defs
+
+    def kinds(self) -> list[str]:
+        """The kinds this process can run, sorted."""
+        return sorted(self._defs)
+
+
+registry = Registry()
+register = registry.register
+kinds = registry.kinds

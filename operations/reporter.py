@@ -1,0 +1,243 @@
+"""The Reporter a run receives: buffered, in-memory progress, flushed as one statement.
+
+Everything on it is cheap enough for a tight loop: ``advance`` is an integer add. The buffer
+is flushed every ``progress_interval`` (by one flusher thread per process, and only when
+something changed), at every unit boundary, and with the final write when the run returns.
+A flush is one statement that writes progress, extends the lease of the operation and its
+work item, and brings back whether cancellation was requested and whether this worker still
+holds the operation. Nothing on the Reporter raises: a flush that fails is logged and counted.
+
+A run that reports nothing is never flushed, so it keeps its lease only for ``LEASE`` and
+cannot observe a cancellation: report progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+
+from django.db import DEFAULT_DB_ALIAS, connections
+
+log = logging.getLogger("operations.reporter")
+
+MAX_MESSAGE = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The execution a run is in: the operation id (a stable idempotency key), which attempt
+    this is (counting from 1), and whether no further attempt will follow if it fails."""
+
+    id: str
+    number: int
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """What a flush learned on its way back."""
+
+    revision: int
+    cancel_requested: bool
+    held: bool
+
+
+class CancelSignal:
+    """An event a run can test without blocking; remembers whether the run ever saw it set."""
+
+    def __init__(self):
+        self._event = threading.Event()
+        self.observed = False
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        fired = self._event.is_set()
+        if fired:
+            self.observed = True
+        return fired
+
+    def wait(self, timeout: float | None = None) -> bool:
+        fired = self._event.wait(timeout)
+        if fired:
+            self.observed = True
+        return fired
+
+    def __bool__(self) -> bool:
+        return self.is_set()
+
+
+def _clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class Reporter:
+    """How a run says where it has got to. Passed to ``run(request, reporter)``."""
+
+    def __init__(
+        self,
+        *,
+        op_id: str,
+        item_id: int,
+        token,
+        attempt: Attempt,
+        lease: float,
+        interval: float,
+        count_label: str = "",
+        units_total: int | None = None,
+        units_done: int = 0,
+        count: int = 0,
+        using: str = DEFAULT_DB_ALIAS,
+    ):
+        self.op_id = op_id
+        self.item_id = item_id
+        self.token = token
+        self.attempt = attempt
+        self.count_label = count_label
+        self.cancelled = CancelSignal()
+        self._lease = lease
+        self.interval = interval
+        self.using = using
+        self._units_total = units_total
+        self._units_done = units_done
+        self._unit = ""
+        self._message = ""
+        self._count = count
+        self._version = 0
+        self._flushed = (count, 0)
+        self._lock = threading.Lock()
+        self.last_flush = time.monotonic()
+        self.held = True
+        self.cancel_requested = False
+        self.revision = 0
+        self.flushes = 0
+        self.flush_errors = 0
+
+    # -- what a run calls ---------------------------------------------------------------
+
+    def set_units(self, total: int) -> None:
+        """Declare the denominator: how many units this operation fans out over."""
+        if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+            return
+        self._units_total = total
+        self._version += 1
+
+    def start_unit(self, name: str) -> None:
+        """Name the unit now in progress (flushed at once)."""
+        self._unit = _clip(str(name))
+        self._version += 1
+        self.flush()
+
+    def finish_unit(self) -> None:
+        """Record that the current unit is complete, raising the numerator (flushed at once)."""
+        self._units_done += 1
+        self._unit = ""
+        self._version += 1
+        self.flush()
+
+    def advance(self, n: int = 1) -> None:
+        """Add ``n`` to the monotonic count (negative values are ignored)."""
+        if n > 0:
+            self._count += n
+
+    def say(self, fmt: str, *args) -> None:
+        """Set the human-readable note (``fmt % args``), truncated to 1024 characters."""
+        try:
+            text = fmt % args if args else str(fmt)
+        except (TypeError, ValueError):
+            text = " ".join([str(fmt), *map(str, args)])
+        self._message = _clip(text)
+        self._version += 1
+
+    def is_cancelled(self) -> bool:
+        """True once somebody asked this operation to stop (never blocks)."""
+        return self.cancelled.is_set()
+
+    # -- flushing -----------------------------------------------------------------------
+
+    def dirty(self) -> bool:
+        return (self._count, self._version) != self._flushed
+
+    def snapshot(self) -> dict:
+        return {
+            "units_total": self._units_total,
+            "units_done": self._units_done,
+            "unit": self._unit,
+            "message": self._message,
+            "count": self._count,
+        }
+
+    def flush(self) -> Ack | None:
+        """Write buffered progress now (one statement). Never raises."""
+        from operations import store
+
+        with self._lock:
+            if not self.held:
+                return None
+            mark = (self._count, self._version)
+            params = {
+                **self.snapshot(),
+                "id": self.op_id,
+                "token": self.token,
+                "item_id": self.item_id,
+                "lease": self._lease,
+            }
+            try:
+                rows = store.run("op_flush", params, using=self.using)
+            except Exception as exc:
+                self.flush_errors += 1
+                log.warning("progress flush of %s failed: %s", self.op_id, exc)
+                connections[self.using].close_if_unusable_or_obsolete()
+                return None
+            self.flushes += 1
+            self.last_flush = time.monotonic()
+            self._flushed = mark
+            if not rows:
+                self.held = False
+                log.warning(
+                    "%s: lease lost (another worker has it, or it was settled); stop producing effects", self.op_id
+                )
+                self.cancelled.set()
+                return Ack(revision=self.revision, cancel_requested=self.cancel_requested, held=False)
+            self.revision, self.cancel_requested = rows[0][0], rows[0][1]
+            if self.cancel_requested:
+                self.cancelled.set()
+            return Ack(revision=self.revision, cancel_requested=self.cancel_requested, held=True)
+
+
+class Flusher:
+    """One thread per process that flushes due, dirty reporters every progress interval."""
+
+    def __init__(self, tick: float = 0.1):
+        self.tick = tick
+        self._reporters: weakref.WeakSet[Reporter] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, reporter: Reporter) -> None:
+        with self._lock:
+            self._reporters.add(reporter)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="operations-flusher", daemon=True)
+                self._thread.start()
+
+    def discard(self, reporter: Reporter) -> None:
+        with self._lock:
+            self._reporters.discard(reporter)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.tick)
+            with self._lock:
+                reporters = list(self._reporters)
+            now = time.monotonic()
+            for reporter in reporters:
+                if reporter.held and reporter.dirty() and now - reporter.last_flush >= reporter.interval:
+                    reporter.flush()
+
+
+flusher = Flusher()

@@ -1,0 +1,267 @@
+"""The workqueue handler that runs operations: begin, run, then finish or release.
+
+Outcomes:
+
+- run returns → succeeded (cancelled instead when the run saw a requested cancellation);
+- ``Fail(code, ...)`` → retried under that code; wrapped in ``Unretryable`` → failed now;
+- any other exception → retried, recorded under ``internal``;
+- an exception while cancellation is requested → cancelled (code ``cancelled``);
+- attempts spent → failed ``attempts_exhausted`` carrying the last error;
+- unknown kind → failed ``unknown_kind`` at once; a result detail over 16 KiB → failed
+  ``result_too_large`` at once;
+- a worker shutting down releases the operation (``runworker`` hands its item back and the
+  ``released`` hook returns the operation to pending); it is not failed.
+
+``begin`` is the guarded transition: a worker whose begin is refused (another worker holds
+the operation, or it is finished) settles its work item as a no-op and charges no attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+
+from operations import store
+from operations.conf import ops_settings
+from operations.exceptions import UnknownKind
+from operations.models import Result
+from operations.registry import registry
+from operations.reporter import Attempt, Reporter, flusher
+
+log = logging.getLogger("operations.runner")
+
+MAX_RESULT_DETAIL = 16 * 1024
+MAX_MESSAGE = 1024
+MAX_TRACEBACK = 8 * 1024
+
+CODE_INTERNAL = "internal"
+CODE_ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+CODE_UNKNOWN_KIND = "unknown_kind"
+CODE_CANCELLED = "cancelled"
+CODE_RESULT_TOO_LARGE = "result_too_large"
+CODE_INVALID_REQUEST = "invalid_request"
+
+
+class Fail(Exception):  # noqa: N818 - the public name the spec gives it
+    """A failure with a stable code a client can branch on: ``raise Fail("no_such_user", "user %s", uid)``.
+
+    Retried while attempts remain unless wrapped: ``raise Unretryable(Fail(...))``.
+    """
+
+    def __init__(self, code: str, message: str = "", *args, retryable: bool = True):
+        if not isinstance(code, str) or not code:
+            raise ValueError("Fail needs a non-empty code string")
+        try:
+            text = message % args if args else message
+        except (TypeError, ValueError):
+            text = " ".join([message, *map(str, args)])
+        super().__init__(text)
+        self.code = code
+        self.message = text
+        self.retryable = retryable
+
+
+def Unretryable(exc: BaseException) -> BaseException:  # noqa: N802 - reads as a wrapper at the raise site
+    """Mark an exception as one that must not be retried (``raise Unretryable(Fail(...))``)."""
+    exc.retryable = False  # type: ignore[attr-defined]
+    return exc
+
+
+def is_unretryable(exc: BaseException) -> bool:
+    return getattr(exc, "retryable", True) is False
+
+
+def _clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _exception_path(exc: BaseException) -> str:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
+def _attempt_entry(exc: BaseException | None, code: str = "", message: str = "", outcome: str = "") -> dict:
+    entry = {"outcome": outcome}
+    if code:
+        entry.update(error_code=code, error_message=_clip(message))
+    if exc is not None:
+        tb = "".join(traceback.format_exception(exc))
+        entry.update(exception=_exception_path(exc), traceback=tb[-MAX_TRACEBACK:])
+    return entry
+
+
+def handle(item, ctx) -> None:
+    """Run the operation ``item.key`` (the workqueue handler for the operations queues)."""
+    from django.db import transaction
+
+    conf = ops_settings()
+    using = ctx.using
+    common = {"id": item.key, "item_id": item.id, "token": item.lease_token}
+    rows = store.run("op_begin", {**common, "lease": conf.lease, "worker_id": ctx.worker_id}, using=using)
+    if not rows:
+        with transaction.atomic(using=using):
+            if store.run("op_exhaust", common, using=using):
+                log.warning("%s: attempts exhausted; failed", item.key)
+            else:
+                store.run("op_item_noop", common, using=using)
+        ctx.settled = True
+        return
+    op = store.first_operation(rows, using=using)
+    attempt = Attempt(id=op.id, number=op.attempts, final=op.attempts >= op.max_attempts)
+    reporter = Reporter(
+        op_id=op.id,
+        item_id=item.id,
+        token=item.lease_token,
+        attempt=attempt,
+        lease=conf.lease,
+        interval=conf.progress_interval,
+        count_label=op.count_label,
+        units_total=op.units_total,
+        units_done=op.units_done,
+        count=op.count,
+        using=using,
+    )
+    if op.cancel_requested:
+        reporter.cancel_requested = True
+        reporter.cancelled.set()
+    try:
+        definition = registry.get(op.kind)
+    except UnknownKind as exc:
+        _finish(reporter, common, state="failed", code=CODE_UNKNOWN_KIND, message=str(exc), retryable=False)
+        ctx.settled = True
+        return
+    try:
+        request = definition.decode(op.request)
+    except Exception as exc:
+        _finish(
+            reporter,
+            common,
+            state="failed",
+            code=CODE_INVALID_REQUEST,
+            message=f"the stored request does not fit {op.kind}: {exc}",
+            retryable=False,
+            exc=exc,
+        )
+        ctx.settled = True
+        return
+
+    flusher.add(reporter)
+    try:
+        result = definition.run(request, reporter)
+    except Exception as exc:
+        flusher.discard(reporter)
+        _failed(reporter, common, exc, attempt)
+    else:
+        flusher.discard(reporter)
+        _succeeded(reporter, common, result)
+    ctx.settled = True
+
+
+def _succeeded(reporter: Reporter, common: dict, result) -> None:
+    uri, detail = "", None
+    if isinstance(result, Result):
+        uri, detail = result.uri or "", result.detail
+    elif isinstance(result, str):
+        uri = result
+    elif result is not None:
+        detail = result
+    encoded = None
+    if detail is not None:
+        try:
+            encoded = json.dumps(detail, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            _finish(
+                reporter,
+                common,
+                state="failed",
+                code=CODE_INTERNAL,
+                message=f"the result detail is not JSON-serialisable: {exc}",
+                retryable=False,
+            )
+            return
+        if len(encoded.encode()) > MAX_RESULT_DETAIL:
+            _finish(
+                reporter,
+                common,
+                state="failed",
+                code=CODE_RESULT_TOO_LARGE,
+                message=f"the result detail is {len(encoded.encode()):,} bytes, over the {MAX_RESULT_DETAIL:,}-byte "
+                "limit; store the artifact elsewhere and return a pointer (Result.uri)",
+                retryable=False,
+            )
+            return
+    # Cancellation beats success only when the run saw it: a run that never looked did the work.
+    if reporter.cancelled.observed and reporter.cancel_requested:
+        _finish(reporter, common, state="cancelled", uri=uri, detail=encoded, outcome="cancelled")
+    else:
+        _finish(reporter, common, state="succeeded", uri=uri, detail=encoded, all_done=True, outcome="succeeded")
+
+
+def _failed(reporter: Reporter, common: dict, exc: Exception, attempt: Attempt) -> None:
+    code = exc.code if isinstance(exc, Fail) else CODE_INTERNAL
+    message = exc.message if isinstance(exc, Fail) else f"{type(exc).__name__}: {exc}"
+    retryable = not is_unretryable(exc)
+    if not retryable or attempt.final:
+        if retryable:
+            message = _clip(f"{message} (after {attempt.number} attempts)")
+            code = CODE_ATTEMPTS_EXHAUSTED
+        _finish(
+            reporter, common, state="failed", code=code, message=message, retryable=retryable, exc=exc, cancel_wins=True
+        )
+        return
+    log.info("%s attempt %d failed (%s), retrying", reporter.op_id, attempt.number, code)
+    params = {
+        **common,
+        **reporter.snapshot(),
+        "error_code": code,
+        "error_message": _clip(message),
+        "delay": ops_settings().retry_delay,
+        "attempt": json.dumps(_attempt_entry(exc, code, message, outcome="retried")),
+    }
+    try:
+        if store.run("op_release", params, using=reporter.using):
+            return
+    except Exception:
+        log.exception(
+            "%s: could not record the failed attempt; its lease will lapse and it will be retried", reporter.op_id
+        )
+        return
+    # Not released: cancellation was requested (or the hold is gone): finish as cancelled.
+    _finish(reporter, common, state="failed", code=code, message=message, retryable=True, exc=exc, cancel_wins=True)
+
+
+def _finish(
+    reporter: Reporter,
+    common: dict,
+    *,
+    state: str,
+    code: str = "",
+    message: str = "",
+    retryable: bool = False,
+    uri: str = "",
+    detail: str | None = None,
+    all_done: bool = False,
+    exc: BaseException | None = None,
+    cancel_wins: bool = False,
+    outcome: str = "",
+) -> None:
+    params = {
+        **common,
+        **reporter.snapshot(),
+        "state": state,
+        "error_code": code,
+        "error_message": _clip(message),
+        "error_retryable": retryable,
+        "result_uri": uri,
+        "result_detail": detail,
+        "all_done": all_done,
+        "cancel_wins": cancel_wins,
+        "attempt": json.dumps(_attempt_entry(exc, code, message, outcome=outcome or state)),
+    }
+    try:
+        rows = store.run("op_finish", params, using=reporter.using)
+    except Exception:
+        log.exception("%s: could not record its end; its lease will lapse and recover will re-offer it", reporter.op_id)
+        return
+    if not rows:
+        log.warning("%s: finished after losing its hold; its result was not recorded", reporter.op_id)

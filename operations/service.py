@@ -1,0 +1,219 @@
+"""Start, read, list and cancel operations; recover stranded ones and reap old ones.
+
+``start`` writes the operation row and its work item in one transaction, joining the
+caller's ``transaction.atomic()`` when there is one: the operation is durable and enqueued
+the moment ``start`` returns, and neither exists if the caller's transaction rolls back.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import secrets
+import time
+
+from django.db import DEFAULT_DB_ALIAS, transaction
+from psycopg.types.json import Jsonb
+
+from operations import store
+from operations.conf import ops_settings
+from operations.exceptions import DuplicateOperation, InvalidRequest, OperationNotFound
+from operations.models import TERMINAL_STATES, Operation, State
+from operations.registry import registry
+from workqueue.conf import QUEUE_NAME
+from workqueue.models import WorkItem
+
+MAX_ID_LENGTH = 200
+MAX_PAGE_SIZE = 1000
+
+
+def new_id() -> str:
+    """A fresh opaque, time-ordered operation id (``op_…``)."""
+    return f"op_{time.time_ns() // 1000:014x}{secrets.token_hex(8)}"
+
+
+def _check_id(op_id: object) -> str:
+    if not isinstance(op_id, str) or not op_id or len(op_id) > MAX_ID_LENGTH or "\x00" in op_id:
+        raise InvalidRequest(f"an operation id must be a non-empty string of at most {MAX_ID_LENGTH} characters")
+    return op_id
+
+
+def start(
+    kind: str,
+    request=None,
+    *,
+    id: str | None = None,  # noqa: A002 - the public name callers use
+    owner: str | None = None,
+    delay: float | dt.timedelta | None = None,
+    priority: int = 0,
+    queue: str | None = None,
+    raise_on_duplicate: bool = False,
+    using: str = DEFAULT_DB_ALIAS,
+) -> Operation:
+    """Record a pending operation of ``kind`` and enqueue it; return it (``.created`` tells).
+
+    With ``id=``, a second start with the same id returns the existing operation (or raises
+    ``DuplicateOperation`` when ``raise_on_duplicate``); one owned by somebody else, or of
+    another kind, always raises ``DuplicateOperation``.
+    """
+    definition = registry.get(kind)
+    payload = definition.encode(request)
+    conf = ops_settings()
+    queue = queue or conf.queue
+    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+        raise InvalidRequest(f"bad queue name {queue!r}")
+    if queue not in conf.queues:
+        raise InvalidRequest(
+            f"queue {queue!r} is not one the operations handler serves; add it to OPERATIONS['QUEUES'] "
+            f"(now {conf.queues})"
+        )
+    op_id = _check_id(id) if id is not None else new_id()
+    owner = "" if owner is None else str(owner)
+    if len(owner) > 200:
+        raise InvalidRequest("owner must be at most 200 characters")
+    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
+        raise InvalidRequest(f"priority must be a 32-bit integer, not {priority!r}")
+    max_attempts = definition.max_attempts or conf.max_attempts
+    with transaction.atomic(using=using, savepoint=False):
+        rows = store.run(
+            "op_insert",
+            {
+                "id": op_id,
+                "kind": kind,
+                "owner": owner,
+                "queue": queue,
+                "priority": priority,
+                "request": Jsonb(payload),
+                "count_label": definition.count_label,
+                "max_attempts": max_attempts,
+            },
+            using=using,
+        )
+        if not rows:
+            existing = Operation.objects.using(using).get(pk=op_id)
+            if existing.owner != owner or existing.kind != kind:
+                raise DuplicateOperation(
+                    f"operation id {op_id!r} is already used by another operation; choose another id",
+                )
+            if raise_on_duplicate:
+                raise DuplicateOperation(f"operation {op_id!r} already exists", operation=existing)
+            existing.created = False
+            return existing
+        op = store.first_operation(rows, using=using)
+        WorkItem.objects.db_manager(using).enqueue(
+            queue, op_id, priority=priority, delay=delay, max_attempts=max_attempts, attempts=0
+        )
+    op.created = True
+    return op
+
+
+def get(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIAS) -> Operation:
+    """Read one operation (scoped to ``owner`` when given); raise OperationNotFound."""
+    qs = Operation.objects.using(using).filter(pk=op_id)
+    if owner is not None:
+        qs = qs.filter(owner=owner)
+    op = qs.first()
+    if op is None:
+        raise OperationNotFound(f"operation {op_id!r} not found")
+    return op
+
+
+def _encode_token(op: Operation) -> str:
+    raw = json.dumps([op.created_at.isoformat(), op.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(token: str) -> tuple[dt.datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        created, op_id = json.loads(raw)
+        return dt.datetime.fromisoformat(created), str(op_id)
+    except Exception:
+        raise InvalidRequest("page_token is not one this server handed out")
+
+
+def list(  # noqa: A001 - the public name
+    *,
+    owner: str | None = None,
+    kind: str | None = None,
+    states=None,
+    page_size: int = 50,
+    page_token: str | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+) -> tuple[list[Operation], str | None]:
+    """List operations newest first; return (page, next_page_token or None)."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise InvalidRequest(f"page_size must be an integer from 1 to {MAX_PAGE_SIZE}")
+    qs = Operation.objects.using(using).defer("request", "attempt_log").order_by("-created_at", "-id")
+    if owner is not None:
+        qs = qs.filter(owner=owner)
+    if kind:
+        qs = qs.filter(kind=kind)
+    if states:
+        states = [states] if isinstance(states, str) else [str(s) for s in states]
+        bad = [s for s in states if s not in State.values]
+        if bad:
+            raise InvalidRequest(f"unknown state(s) {', '.join(bad)}; use {', '.join(State.values)}")
+        qs = qs.filter(state__in=states)
+    if page_token:
+        created, op_id = _decode_token(page_token)
+        from django.db.models import Q
+
+        qs = qs.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=op_id))
+    page = [*qs[: page_size + 1]]
+    more = len(page) > page_size
+    page = page[:page_size]
+    return page, (_encode_token(page[-1]) if more and page else None)
+
+
+def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIAS) -> Operation:
+    """Ask an operation to stop and return it as it stands.
+
+    Pending: cancelled outright (its work item too). Running: the flag is set and the run
+    decides (a run that never looks finishes, and succeeds). Terminal: returned unchanged.
+    """
+    with transaction.atomic(using=using, savepoint=False):
+        rows = store.run("op_cancel", {"id": op_id, "owner": owner}, using=using)
+        if not rows:
+            return get(op_id, owner=owner, using=using)
+        op = store.first_operation(rows, using=using)
+        if op.state == State.CANCELLED:
+            WorkItem.objects.db_manager(using).cancel_key(op.id, queue=op.queue)
+    return op
+
+
+def recover(*, using: str = DEFAULT_DB_ALIAS, now=None, dry_run: bool = False) -> dict[str, int]:
+    """Re-offer stranded operations (pending with no live work item, or lapsed with none)."""
+    conf = ops_settings()
+    with transaction.atomic(using=using, savepoint=False):
+        rows = store.run(
+            "op_stranded",
+            {"after": conf.recover_after, "limit": conf.recover_batch, "now": now},
+            using=using,
+        )
+        offered = 0
+        for op_id, queue, attempts, max_attempts, priority in rows:
+            _item, created = WorkItem.objects.db_manager(using).enqueue(
+                queue, op_id, priority=priority, attempts=attempts, max_attempts=max_attempts
+            )
+            offered += int(created)
+    return {"reoffered": offered}
+
+
+def reap(*, using: str = DEFAULT_DB_ALIAS, now=None, dry_run: bool = False) -> dict[str, int]:
+    """Delete terminal operations finished longer than the retention ago (one batch)."""
+    conf = ops_settings()
+    from workqueue import sql
+
+    deleted = sql.rowcount(
+        "op_reap",
+        {"retention": conf.retention, "limit": conf.reap_batch, "now": now},
+        using=using,
+        queries=store.QUERIES,
+    )
+    return {"deleted": deleted}
+
+
+def is_terminal(state: str) -> bool:
+    return state in TERMINAL_STATES

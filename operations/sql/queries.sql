@@ -1,0 +1,265 @@
+-- Every statement the operations app runs by hand, named entity-first.
+-- {table} is the operations table (OPERATIONS TABLE_PREFIX), {op} its column list,
+-- {notify} a payload-free pg_notify on OPERATIONS NOTIFY_CHANNEL (nothing when it is ''),
+-- {open_attempt} / {close_attempt} append to / finish the bounded attempt_log.
+-- Every write bumps revision (the watcher's change signal) and updated_at.
+-- A running operation and its work item share one lease: the operation's claimed_until and
+-- the item's lease_expires_at move together, and the item's lease proof is the row's.
+
+
+-- name: op_insert
+-- Record a pending operation. ON CONFLICT DO NOTHING keeps the caller's transaction alive
+-- on a duplicate id; the caller then reads the existing row.
+WITH ins AS (
+    INSERT INTO {table} AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
+                              created_at, updated_at)
+    VALUES (%(id)s, %(kind)s, %(owner)s, 'pending', %(queue)s, %(priority)s, %(request)s, %(count_label)s,
+            %(max_attempts)s, now(), now())
+    ON CONFLICT (id) DO NOTHING
+    RETURNING {op}
+)
+SELECT ins.*, {notify} FROM ins;
+
+
+-- name: op_get_many
+-- The watcher's one read per wake: every followed operation, without request or attempt log.
+SELECT {op_light} FROM {table} o WHERE o.id = ANY(%(ids)s::text[]);
+
+
+-- name: op_begin
+-- The guarded transition: pending, or running with a lapsed lease, becomes running under this
+-- worker's lease (the work item's proof), charging one attempt. Exactly one worker matches.
+-- The work item's lease is moved to the same expiry in the same statement.
+WITH began AS (
+    UPDATE {table} AS o
+    SET state = 'running', attempts = o.attempts + 1,
+        claimed_until = now() + make_interval(secs => %(lease)s), lease_token = %(token)s,
+        worker_id = %(worker_id)s::text, started_at = coalesce(o.started_at, now()),
+        updated_at = now(), revision = o.revision + 1,
+        attempt_log = {open_attempt}
+    WHERE o.id = %(id)s
+      AND (o.state = 'pending' OR (o.state = 'running' AND o.claimed_until < now()))
+      AND o.attempts < o.max_attempts
+    RETURNING {op}
+),
+item AS (
+    UPDATE work_items AS w SET lease_expires_at = b.claimed_until
+    FROM began b
+    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
+    RETURNING w.id
+)
+SELECT began.*, {notify} FROM began;
+
+
+-- name: op_exhaust
+-- begin's other answer: an operation that could be taken but has spent its attempts is
+-- failed attempts_exhausted, carrying the last error, and its work item settled failed.
+WITH gone AS (
+    UPDATE {table} AS o
+    SET state = 'failed', error_code = 'attempts_exhausted', error_retryable = false,
+        error_message = left(coalesce(nullif(o.error_message, ''),
+                                      format('gave up after %%s attempts', o.attempts)), 1024),
+        finished_at = now(), claimed_until = NULL, lease_token = NULL,
+        updated_at = now(), revision = o.revision + 1
+    WHERE o.id = %(id)s
+      AND (o.state = 'pending' OR (o.state = 'running' AND o.claimed_until < now()))
+      AND o.attempts >= o.max_attempts
+    RETURNING o.id
+),
+item AS (
+    UPDATE work_items AS w
+    SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
+        last_error = 'operation attempts exhausted'
+    FROM gone
+    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s
+    RETURNING w.id
+)
+SELECT gone.id, {notify} FROM gone;
+
+
+-- name: op_item_noop
+-- begin was refused (another worker has the operation, or it is finished): settle the work
+-- item as a no-op and give back the attempt its claim charged.
+UPDATE work_items
+SET state = 'stopped', outcome = 'stopped', stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
+    attempts = greatest(attempts - 1, 0)
+WHERE id = %(item_id)s AND lease_token = %(token)s AND state IN ('starting', 'active')
+RETURNING id;
+
+
+-- name: op_flush
+-- A progress flush, the one statement a running operation issues regularly: write progress,
+-- extend the lease (row and work item), and learn whether cancellation was requested and
+-- whether this worker still holds the operation (no row back = not held).
+WITH f AS (
+    UPDATE {table} AS o
+    SET units_total = %(units_total)s::int, units_done = %(units_done)s::int, unit = %(unit)s::text,
+        message = %(message)s::text, count = greatest(o.count, %(count)s::bigint),
+        claimed_until = now() + make_interval(secs => %(lease)s), updated_at = now(), revision = o.revision + 1
+    WHERE o.id = %(id)s AND o.lease_token = %(token)s AND o.state = 'running'
+    RETURNING o.revision, o.cancel_requested, o.claimed_until
+),
+item AS (
+    UPDATE work_items AS w SET lease_expires_at = f.claimed_until
+    FROM f
+    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
+    RETURNING w.id
+)
+SELECT f.revision, f.cancel_requested, {notify} FROM f;
+
+
+-- name: op_finish
+-- Write a terminal state with the final progress and drop the lease; settle the work item.
+-- cancel_wins: an error that races a requested cancellation is recorded as cancelled (code
+-- cancelled, the error's message kept), since the runner was asked to stop.
+WITH f AS (
+    UPDATE {table} AS o
+    SET state = CASE WHEN %(cancel_wins)s::bool AND o.cancel_requested THEN 'cancelled' ELSE %(state)s::text END,
+        error_code = CASE WHEN %(cancel_wins)s::bool AND o.cancel_requested THEN 'cancelled'
+                          ELSE %(error_code)s::text END,
+        error_message = %(error_message)s::text,
+        error_retryable = CASE WHEN %(error_code)s::text = '' THEN NULL ELSE %(error_retryable)s::bool END,
+        result_uri = %(result_uri)s::text, result_detail = %(result_detail)s::jsonb,
+        units_total = %(units_total)s::int,
+        units_done = CASE WHEN %(all_done)s::bool AND %(units_total)s::int IS NOT NULL
+                          THEN %(units_total)s::int ELSE %(units_done)s::int END,
+        unit = %(unit)s::text, message = %(message)s::text, count = greatest(o.count, %(count)s::bigint),
+        finished_at = now(), claimed_until = NULL, lease_token = NULL,
+        updated_at = now(), revision = o.revision + 1,
+        attempt_log = {close_attempt}
+    WHERE o.id = %(id)s AND o.lease_token = %(token)s AND o.state = 'running'
+    RETURNING {op}
+),
+item AS (
+    UPDATE work_items AS w
+    SET state = 'stopped', outcome = CASE f.state WHEN 'succeeded' THEN 'succeeded' WHEN 'cancelled' THEN 'cancelled'
+                                                  ELSE 'failed' END,
+        stopped_at = now(), lease_token = NULL,
+        lease_expires_at = NULL, last_error = %(error_message)s::text
+    FROM f
+    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active', 'stopping')
+    RETURNING w.id
+)
+SELECT f.*, {notify} FROM f;
+
+
+-- name: op_release
+-- A retryable failure: back to pending with the error recorded, lease dropped; the work item
+-- goes back to queued after the retry delay. Refused when cancellation was requested (the
+-- caller then finishes it as cancelled).
+WITH r AS (
+    UPDATE {table} AS o
+    SET state = 'pending', error_code = %(error_code)s::text, error_message = %(error_message)s::text,
+        error_retryable = true, claimed_until = NULL, lease_token = NULL,
+        units_total = %(units_total)s::int, units_done = %(units_done)s::int, unit = %(unit)s::text,
+        message = %(message)s::text, count = greatest(o.count, %(count)s::bigint),
+        updated_at = now(), revision = o.revision + 1,
+        attempt_log = {close_attempt}
+    WHERE o.id = %(id)s AND o.lease_token = %(token)s AND o.state = 'running' AND NOT o.cancel_requested
+    RETURNING {op}
+),
+item AS (
+    UPDATE work_items AS w
+    SET state = 'queued', run_after = now() + make_interval(secs => %(delay)s), lease_token = NULL,
+        lease_expires_at = NULL, last_error = %(error_message)s::text, reclaimed = false
+    FROM r
+    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
+    RETURNING w.id
+)
+SELECT r.*, {notify} FROM r;
+
+
+-- name: op_cancel
+-- Ask an operation to stop. Pending: cancelled outright (nothing started). Running: the flag
+-- is set and the runner decides. A repeat on a running one changes nothing (no revision bump).
+-- Terminal: no row (the caller returns it unchanged). owner NULL means any owner.
+WITH c AS (
+    UPDATE {table} AS o
+    SET cancel_requested = true,
+        state = CASE WHEN o.state = 'pending' THEN 'cancelled' ELSE o.state END,
+        finished_at = CASE WHEN o.state = 'pending' THEN now() ELSE o.finished_at END,
+        claimed_until = CASE WHEN o.state = 'pending' THEN NULL ELSE o.claimed_until END,
+        updated_at = now(), revision = o.revision + 1
+    WHERE o.id = %(id)s AND (%(owner)s::text IS NULL OR o.owner = %(owner)s::text)
+      AND (o.state = 'pending' OR (o.state = 'running' AND NOT o.cancel_requested))
+    RETURNING {op}
+)
+SELECT c.*, {notify} FROM c;
+
+
+-- name: op_settle_from_queue
+-- A queue rule settled these operations' work items by itself (attempts spent on a lapsed
+-- lease, hard timeout, cancel_key, force stop): settle the unfinished operations to match,
+-- in the same transaction. An attempts_exhausted failure keeps the last error's message.
+WITH s AS (
+    UPDATE {table} AS o
+    SET state = %(state)s::text,
+        cancel_requested = o.cancel_requested OR %(state)s::text = 'cancelled',
+        error_code = %(error_code)s::text,
+        error_message = left(CASE WHEN %(error_code)s::text = 'attempts_exhausted'
+                                  THEN coalesce(nullif(o.error_message, ''), %(error_message)s::text)
+                                  ELSE %(error_message)s::text END, 1024),
+        error_retryable = CASE WHEN %(error_code)s::text = '' THEN NULL ELSE false END,
+        finished_at = now(), claimed_until = NULL, lease_token = NULL,
+        updated_at = now(), revision = o.revision + 1
+    WHERE o.id = ANY(%(ids)s::text[]) AND o.state IN ('pending', 'running')
+    RETURNING o.id
+)
+SELECT s.id, {notify} FROM s;
+
+
+-- name: op_expire_lease
+-- An operator requeued the work item of a running operation: end the operation's lease now
+-- so the next begin takes it instead of refusing.
+WITH e AS (
+    UPDATE {table} AS o
+    SET claimed_until = now() - interval '1 microsecond', lease_token = NULL,
+        updated_at = now(), revision = o.revision + 1
+    WHERE o.id = ANY(%(ids)s::text[]) AND o.state = 'running'
+    RETURNING o.id
+)
+SELECT e.id, {notify} FROM e;
+
+
+-- name: op_release_held
+-- A worker shutting down handed the work items of these running operations back: release
+-- the operations too (pending, attempt refunded, lease dropped) so another worker begins them
+-- at once. Matched on the lease proof, so only this worker's holds are released.
+WITH r AS (
+    UPDATE {table} AS o
+    SET state = 'pending', attempts = greatest(o.attempts - 1, 0), claimed_until = NULL, lease_token = NULL,
+        updated_at = now(), revision = o.revision + 1,
+        attempt_log = {close_released}
+    FROM unnest(%(ids)s::text[], %(tokens)s::uuid[]) AS t(id, token)
+    WHERE o.id = t.id AND o.lease_token = t.token AND o.state = 'running'
+    RETURNING o.id
+)
+SELECT r.id, {notify} FROM r;
+
+
+-- name: op_stranded
+-- recover: unfinished operations nothing will pick up: pending for longer than the grace with
+-- no live work item (the enqueue was lost), and running ones whose lease lapsed that long ago
+-- with no live work item. Locked so concurrent sweeps never re-offer one twice.
+SELECT o.id, o.queue, o.attempts, o.max_attempts, o.priority
+FROM {table} AS o
+WHERE ((o.state = 'pending' AND o.updated_at < coalesce(%(now)s, now()) - make_interval(secs => %(after)s))
+    OR (o.state = 'running' AND o.claimed_until < coalesce(%(now)s, now()) - make_interval(secs => %(after)s)))
+  AND NOT EXISTS (
+      SELECT 1 FROM work_items w
+      WHERE w.queue = o.queue AND w.key = o.id AND w.state IN ('queued', 'starting', 'active'))
+ORDER BY o.updated_at
+LIMIT %(limit)s
+FOR UPDATE OF o SKIP LOCKED;
+
+
+-- name: op_reap
+-- reap: delete terminal operations finished longer than the retention ago, a batch at a time.
+DELETE FROM {table}
+WHERE id IN (
+    SELECT id FROM {table}
+    WHERE state IN ('succeeded', 'failed', 'cancelled')
+      AND finished_at < coalesce(%(now)s, now()) - make_interval(secs => %(retention)s)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);

@@ -1,0 +1,254 @@
+"""The watcher: follow operations for subscribers and hand them snapshots, latest wins.
+
+One per process (``operations.watcher.shared()``). Every subscription has a one-slot buffer:
+a slow subscriber misses intermediate states but always gets the newest snapshot, and the
+terminal snapshot is always delivered before its stream ends. A payload-free NOTIFY from
+every write wakes the loop, which re-reads *all* followed operations in one query and
+compares revisions; reads are floored at ``WATCHER_MIN_READ_INTERVAL`` however many wakes
+arrive, and ``WATCHER_POLL`` is the fallback when no notification comes (the watcher is
+exactly as correct without NOTIFY, only later). Subscribing to a finished operation yields
+its terminal snapshot and ends at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.db import DEFAULT_DB_ALIAS, connections
+
+from operations import store
+from operations.exceptions import OperationNotFound, TooManyWatchers, WatcherClosed
+
+log = logging.getLogger("operations.watcher")
+
+
+class _Gone:
+    """The operation's row disappeared (reaped) while it was followed."""
+
+    def __repr__(self) -> str:
+        return "GONE"
+
+
+GONE = _Gone()
+
+
+class Subscription:
+    """Snapshots of one operation. Iterate it, or call ``get(timeout)``."""
+
+    def __init__(self, watcher: Watcher | None, op_id: str):
+        self.op_id = op_id
+        self._watcher = watcher
+        self._cond = threading.Condition()
+        self._slot = None
+        self._ending = False  # the last snapshot has been offered
+        self._closed = False  # nothing more will come
+        self.revision = 0
+        self.delivered = 0
+
+    def _offer(self, snapshot, *, final: bool = False) -> None:
+        with self._cond:
+            if self._closed or self._ending:
+                return
+            self._slot = snapshot
+            if final:
+                self._ending = True
+            self._cond.notify_all()
+
+    def _end(self) -> None:
+        with self._cond:
+            self._ending = True
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        with self._cond:
+            return self._closed or (self._ending and self._slot is None)
+
+    def get(self, timeout: float | None = None):
+        """The next snapshot; None on timeout; raises StopIteration when the stream is over."""
+        with self._cond:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while self._slot is None:
+                if self._closed or self._ending:
+                    self._closed = True
+                    raise StopIteration
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            snapshot, self._slot = self._slot, None
+            self.delivered += 1
+            return snapshot
+
+    def __iter__(self):
+        while True:
+            try:
+                snapshot = self.get()
+            except StopIteration:
+                return
+            yield snapshot
+
+    def close(self) -> None:
+        """Stop following (idempotent)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._watcher is not None:
+            self._watcher._remove(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Watcher:
+    """Follows operations for subscribers; one query per wake for all of them."""
+
+    def __init__(
+        self,
+        *,
+        poll: float = 2.0,
+        min_read_interval: float = 0.25,
+        max_subscriptions: int = 1024,
+        channel: str = "",
+        using: str = DEFAULT_DB_ALIAS,
+    ):
+        self.poll = poll
+        self.min_read_interval = min_read_interval
+        self.max_subscriptions = max_subscriptions
+        self.channel = channel
+        self.using = using
+        self._subs: set[Subscription] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._listen_token = None
+        self.reads = 0  # queries issued by the loop (one per wake)
+
+    # -- subscribing --------------------------------------------------------------------
+
+    def watch(self, op_id: str, *, owner: str | None = None) -> Subscription:
+        """Follow ``op_id``; its current snapshot is delivered before this returns."""
+        if self._closed:
+            raise WatcherClosed()
+        with self._lock:
+            if len(self._subs) >= self.max_subscriptions:
+                raise TooManyWatchers(
+                    f"this process already follows {self.max_subscriptions} operations "
+                    "(OPERATIONS['WATCHER_MAX_SUBSCRIPTIONS']); retry later"
+                )
+        current = store.get_many([op_id], using=self.using).get(op_id)
+        if current is None or (owner is not None and current.owner != owner):
+            raise OperationNotFound(f"operation {op_id!r} not found")
+        sub = Subscription(self, op_id)
+        sub.revision = current.revision
+        sub._offer(current, final=current.done)
+        if current.done:
+            return sub
+        with self._lock:
+            if len(self._subs) >= self.max_subscriptions:
+                raise TooManyWatchers()
+            self._subs.add(sub)
+        self._ensure_running()
+        return sub
+
+    def _remove(self, sub: Subscription) -> None:
+        with self._lock:
+            self._subs.discard(sub)
+
+    def subscriptions(self) -> int:
+        with self._lock:
+            return len(self._subs)
+
+    def wake(self, *_args) -> None:
+        self._wake.set()
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def _ensure_running(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            if self.channel and self._listen_token is None:
+                from workqueue import listener
+
+                self._listen_token = listener.shared().subscribe(self.channel, self.wake)
+            self._thread = threading.Thread(target=self._run, name="operations-watcher", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop the loop and end every subscription (idempotent)."""
+        self._closed = True
+        self._wake.set()
+        with self._lock:
+            subs = list(self._subs)
+            self._subs.clear()
+        for sub in subs:
+            sub._end()
+        if self._listen_token is not None:
+            from workqueue import listener
+
+            listener.shared().unsubscribe(self._listen_token)
+            self._listen_token = None
+
+    def _run(self) -> None:
+        last_read = 0.0
+        try:
+            while not self._closed:
+                self._wake.wait(self.poll)
+                self._wake.clear()
+                if self._closed:
+                    break
+                pause = self.min_read_interval - (time.monotonic() - last_read)
+                if pause > 0:
+                    time.sleep(pause)
+                with self._lock:
+                    subs = list(self._subs)
+                if not subs:
+                    continue
+                last_read = time.monotonic()
+                try:
+                    found = store.get_many(sorted({s.op_id for s in subs}), using=self.using)
+                except Exception as exc:
+                    log.warning("watcher read failed (%s); retrying", exc)
+                    connections[self.using].close()
+                    continue
+                self.reads += 1
+                for sub in subs:
+                    op = found.get(sub.op_id)
+                    if op is None:
+                        sub._offer(GONE, final=True)
+                        self._remove(sub)
+                    elif op.revision != sub.revision:
+                        sub.revision = op.revision
+                        sub._offer(op, final=op.done)
+                        if op.done:
+                            self._remove(sub)
+        finally:
+            connections[self.using].close()
+
+
+_shared: Watcher | None = None
+_shared_lock = threading.Lock()
+
+
+def shared() -> Watcher:
+    """The process's watcher, built from OPERATIONS settings on first use."""
+    global _shared
+    from operations.conf import ops_settings
+
+    with _shared_lock:
+        if _shared is None or _shared._closed:
+            conf = ops_settings()
+            _shared = Watcher(
+                poll=conf.watcher_poll,
+                min_read_interval=conf.watcher_min_read_interval,
+                max_subscriptions=conf.watcher_max_subscriptions,
+                channel=conf.notify_channel,
+            )
+        return _shared

@@ -1,0 +1,54 @@
+"""Operation kinds for the demo, so a newcomer sees progress bars move, a retry and a cancel.
+
+- ``demo.export``: fans out over ``units`` units, advancing a ``records`` count per unit,
+  honouring cancellation between units;
+- ``demo.flaky``: fails its first ``failures`` attempts, then succeeds;
+- ``demo.doomed``: fails for good with its own code.
+"""
+
+import time
+from dataclasses import dataclass
+
+import operations
+
+
+@dataclass
+class ExportRequest:
+    units: int = 5
+    records_per_unit: int = 1000
+    seconds_per_unit: float = 1.0
+
+
+@operations.register("demo.export", request_type=ExportRequest, count_label="records")
+def export(request: ExportRequest, reporter: operations.Reporter):
+    reporter.set_units(request.units)
+    for n in range(1, request.units + 1):
+        if reporter.is_cancelled():
+            raise operations.Unretryable(
+                operations.Fail("cancelled", "stopped after %d of %d units", n - 1, request.units)
+            )
+        reporter.start_unit(f"part-{n}")
+        reporter.say("exporting part %d of %d", n, request.units)
+        step = max(1, request.records_per_unit // 10)
+        for _ in range(10):
+            time.sleep(request.seconds_per_unit / 10)
+            reporter.advance(step)
+        reporter.finish_unit()
+    return operations.Result(uri=f"memory://exports/{reporter.attempt.id}.csv", detail={"units": request.units})
+
+
+@operations.register("demo.flaky", count_label="tries", max_attempts=4)
+def flaky(request, reporter: operations.Reporter):
+    failures = int((request or {}).get("failures", 2))
+    reporter.advance(1)
+    if reporter.attempt.number <= failures:
+        raise operations.Fail("upstream_unavailable", "the upstream was down (attempt %d)", reporter.attempt.number)
+    return {"succeeded_on_attempt": reporter.attempt.number}
+
+
+@operations.register("demo.doomed")
+def doomed(request, reporter: operations.Reporter):
+    reporter.say("checking the subject")
+    raise operations.Unretryable(
+        operations.Fail("no_such_subject", "subject %s does not exist", (request or {}).get("subject", "?"))
+    )
