@@ -7,8 +7,11 @@ class OperationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from operations import checks  # noqa: F401  (registers the system checks)
-        from operations import runner, sweeps
+        from operations import (
+            checks,  # noqa: F401  (registers the system checks)
+            runner,
+            sweeps,
+        )
         from operations.conf import ops_settings
         from workqueue import handlers, hooks
         from workqueue.conf import declare_queue

@@ -101,7 +101,8 @@ class OperationsSettings:
         prefix = merged["TABLE_PREFIX"]
         if not isinstance(prefix, str) or (prefix and not _IDENT.match(prefix)) or prefix.endswith("_"):
             raise OperationsSettingsError(
-                f"OPERATIONS['TABLE_PREFIX'] must be '' or a lowercase SQL identifier not ending in '_', not {prefix!r}."
+                "OPERATIONS['TABLE_PREFIX'] must be '' or a lowercase SQL identifier not ending in '_', "
+                f"not {prefix!r}."
             )
         self.table_prefix: str = prefix
         channel = merged["NOTIFY_CHANNEL"]

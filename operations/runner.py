@@ -43,7 +43,7 @@ CODE_RESULT_TOO_LARGE = "result_too_large"
 CODE_INVALID_REQUEST = "invalid_request"
 
 
-class Fail(Exception):  # noqa: N818 - the public name the spec gives it
+class Fail(Exception):
     """A failure with a stable code a client can branch on: ``raise Fail("no_such_user", "user %s", uid)``.
 
     Retried while attempts remain unless wrapped: ``raise Unretryable(Fail(...))``.
@@ -62,7 +62,7 @@ class Fail(Exception):  # noqa: N818 - the public name the spec gives it
         self.retryable = retryable
 
 
-def Unretryable(exc: BaseException) -> BaseException:  # noqa: N802 - reads as a wrapper at the raise site
+def Unretryable(exc: BaseException) -> BaseException:
     """Mark an exception as one that must not be retried (``raise Unretryable(Fail(...))``)."""
     exc.retryable = False  # type: ignore[attr-defined]
     return exc

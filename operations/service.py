@@ -43,7 +43,7 @@ def start(
     kind: str,
     request=None,
     *,
-    id: str | None = None,  # noqa: A002 - the public name callers use
+    id: str | None = None,
     owner: str | None = None,
     delay: float | dt.timedelta | None = None,
     priority: int = 0,
@@ -133,7 +133,7 @@ def _decode_token(token: str) -> tuple[dt.datetime, str]:
         raise InvalidRequest("page_token is not one this server handed out")
 
 
-def list(  # noqa: A001 - the public name
+def list(
     *,
     owner: str | None = None,
     kind: str | None = None,
