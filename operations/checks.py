@@ -19,7 +19,7 @@ def check_settings(app_configs=None, **kwargs):
         return [
             checks.Error(
                 str(exc),
-                hint="Fix the OPERATIONS setting; its keys and defaults are listed in operations/conf.py and the README.",
+                hint="Fix the OPERATIONS setting; keys and defaults are in operations/conf.py and the README.",
                 id="operations.E001",
             )
         ]
