@@ -1,0 +1,247 @@
+"""Admin for operations: progress bars, state badges, attempts, errors, a cancel action, and a
+detail page that follows the operation live (Server-Sent Events from the process's watcher)."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin, messages
+from django.http import Http404
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from operations import service
+from operations import watcher as watcher_mod
+from operations.exceptions import OperationNotFound
+from operations.http import render, sse_response
+from operations.models import Operation, State
+
+STATE_COLORS = {
+    State.PENDING: "#6b7280",
+    State.RUNNING: "#2563eb",
+    State.SUCCEEDED: "#16a34a",
+    State.FAILED: "#dc2626",
+    State.CANCELLED: "#a16207",
+}
+
+
+def state_badge(state: str) -> str:
+    color = STATE_COLORS.get(state, "#6b7280")
+    return format_html(
+        '<span class="op-state" style="background:{};color:#fff;border-radius:9px;padding:1px 8px;'
+        'font-size:11px;white-space:nowrap">{}</span>',
+        color,
+        state,
+    )
+
+
+def progress_bar(op: Operation) -> str:
+    p = op.progress
+    fraction = p.fraction()
+    text = p.describe() or ("done" if op.done else "—")
+    if fraction is None:
+        # No denominator: a count and a label, never a bar that pretends to know the end.
+        return format_html('<span class="op-progress-text">{}</span>', text)
+    return format_html(
+        '<div class="op-progress" title="{}" style="min-width:140px">'
+        '<div style="background:var(--hairline-color,#ddd);border-radius:4px;height:8px;overflow:hidden">'
+        '<div class="op-progress-fill" style="width:{}%;height:8px;background:{}"></div></div>'
+        '<small class="op-progress-text">{}</small></div>',
+        p.unit or text,
+        f"{fraction * 100:.0f}",
+        STATE_COLORS.get(op.state, "#2563eb"),
+        text,
+    )
+
+
+def _ago(value) -> str:
+    if value is None:
+        return "—"
+    from django.utils.timesince import timesince
+
+    return f"{timesince(value, timezone.now())} ago"
+
+
+class OwnerFilter(admin.SimpleListFilter):
+    """Filter by owner: typed in (there may be millions of owners), or picked from the ten busiest."""
+
+    title = "owner"
+    parameter_name = "owner"
+
+    def lookups(self, request, model_admin):
+        from django.db.models import Count
+
+        top = (
+            Operation.objects.exclude(owner="")
+            .values("owner")
+            .annotate(n=Count("id"))
+            .order_by("-n")[:10]
+            .values_list("owner", flat=True)
+        )
+        return [(o, o) for o in top]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.owned_by(value) if value else queryset
+
+
+@admin.register(Operation)
+class OperationAdmin(admin.ModelAdmin):
+    list_display = ["id", "kind", "state_badge", "progress", "attempts_display", "error_code", "owner", "timing"]
+    list_filter = ["state", "kind", OwnerFilter]
+    search_fields = ["=id", "=owner", "kind"]
+    show_full_result_count = False
+    list_per_page = 50
+    ordering = ["-created_at", "-id"]
+    actions = ["cancel_operations"]
+    readonly_fields = [
+        "id",
+        "kind",
+        "owner",
+        "state_badge",
+        "progress",
+        "attempts_display",
+        "cancel_requested",
+        "error_display",
+        "result_display",
+        "timing",
+        "queue",
+        "priority",
+        "revision",
+        "worker_id",
+        "claimed_until",
+        "attempt_log_display",
+    ]
+    fieldsets = [
+        (None, {"fields": ["id", "kind", "owner", "state_badge", "progress", "attempts_display", "cancel_requested"]}),
+        ("Outcome", {"fields": ["error_display", "result_display"]}),
+        ("Timing", {"fields": ["timing", "claimed_until", "worker_id"]}),
+        ("Queue", {"fields": ["queue", "priority", "revision"], "classes": ["collapse"]}),
+        ("Attempts", {"fields": ["attempt_log_display"]}),
+    ]
+    change_form_template = "admin/operations/operation/change_form.html"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("request")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return bool(obj is None or obj.done) and super().has_delete_permission(request, obj)
+
+    def has_change_permission(self, request, obj=None):
+        # Only the state machine moves an operation; the page is for reading and cancelling.
+        return False
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, op):
+        return state_badge(op.state)
+
+    @admin.display(description="progress")
+    def progress(self, op):
+        return progress_bar(op)
+
+    @admin.display(description="attempts", ordering="attempts")
+    def attempts_display(self, op):
+        return f"{op.attempts} / {op.max_attempts}"
+
+    @admin.display(description="error")
+    def error_display(self, op):
+        error = op.error
+        if error is None:
+            return "—"
+        return format_html(
+            "<code>{}</code> {}<br><small>{}</small>",
+            error.code,
+            error.message,
+            "would have been retried" if error.retryable else "not retryable",
+        )
+
+    @admin.display(description="result")
+    def result_display(self, op):
+        result = op.result
+        if result is None:
+            return "—"
+        detail = json.dumps(result.detail, indent=2) if result.detail is not None else ""
+        return format_html("{}<pre>{}</pre>", result.uri or "", detail)
+
+    @admin.display(description="created → started → finished")
+    def timing(self, op):
+        parts = [f"created {_ago(op.created_at)}"]
+        if op.started_at:
+            parts.append(f"queued {(op.started_at - op.created_at).total_seconds():.1f}s")
+        if op.started_at and op.finished_at:
+            parts.append(f"ran {(op.finished_at - op.started_at).total_seconds():.1f}s")
+        elif op.started_at:
+            parts.append(f"running {(timezone.now() - op.started_at).total_seconds():.0f}s")
+        return " · ".join(parts)
+
+    @admin.display(description="attempt log")
+    def attempt_log_display(self, op):
+        rows = op.attempt_log or []
+        if not rows:
+            return "—"
+        return format_html(
+            "<table><tr><th>#</th><th>worker</th><th>started</th><th>finished</th><th>outcome</th>"
+            "<th>error</th></tr>{}</table>",
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                (
+                    (
+                        r.get("number", ""),
+                        r.get("worker_id", ""),
+                        (r.get("started_at") or "")[:19],
+                        (r.get("finished_at") or "")[:19],
+                        r.get("outcome", ""),
+                        " ".join(filter(None, [r.get("error_code"), r.get("error_message")])),
+                    )
+                    for r in rows
+                ),
+            ),
+        )
+
+    def has_cancel_permission(self, request):
+        return request.user.has_perm("operations.change_operation")
+
+    @admin.action(description="Cancel selected operations", permissions=["cancel"])
+    def cancel_operations(self, request, queryset):
+        changed = 0
+        for op_id in queryset.active().values_list("id", flat=True)[:1000]:
+            service.cancel(op_id)
+            changed += 1
+        self.message_user(
+            request,
+            f"Asked {changed} operation(s) to stop: pending ones are cancelled now, running ones when their run looks.",
+            messages.SUCCESS,
+        )
+
+    def get_urls(self):
+        return [
+            path(
+                "<path:object_id>/watch/",
+                self.admin_site.admin_view(self.watch_view),
+                name="operations_operation_watch",
+            ),
+            *super().get_urls(),
+        ]
+
+    def watch_view(self, request, object_id):
+        if not self.has_view_permission(request):
+            raise Http404
+        try:
+            sub = watcher_mod.shared().watch(object_id)
+        except OperationNotFound:
+            raise Http404
+        return sse_response(sub)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = extra_context or {}
+        op = Operation.objects.filter(pk=object_id).defer("request").first()
+        if op is not None:
+            extra_context["watch_url"] = reverse("admin:operations_operation_watch", args=[op.pk])
+            extra_context["op_done"] = op.done
+            extra_context["op_json"] = json.dumps(render(op))
+        return super().change_view(request, object_id, form_url, extra_context)

@@ -1,0 +1,56 @@
+import random
+import time
+
+from django.core.management.base import BaseCommand
+
+import operations
+from project.demo.kinds import ExportRequest
+from workqueue.models import Environment, WorkItem
+
+
+class Command(BaseCommand):
+    help = "Keep the demo dashboard moving: enqueue demo work and start demo operations every few seconds."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--every", type=float, default=5.0, help="Seconds between rounds.")
+        parser.add_argument("--rounds", type=int, default=0, help="Stop after N rounds (0 = run until stopped).")
+        parser.add_argument("--owner", default="1", help="Owner of the demo operations (a user pk).")
+
+    def handle(self, *args, **opts):
+        n = 0
+        env = Environment.objects.filter(kind="self_hosted").order_by("created_at").first()
+        while True:
+            n += 1
+            stamp = f"{int(time.time())}-{n}"
+            WorkItem.objects.enqueue_many(
+                [{"queue": "demo.noop", "key": f"noop-{stamp}-{i}"} for i in range(random.randint(20, 80))]
+            )
+            for i in range(random.randint(1, 4)):
+                WorkItem.objects.enqueue(
+                    "demo.sleep", f"sleep-{stamp}-{i}", metadata={"seconds": str(random.choice([1, 2, 4, 8]))}
+                )
+            if n % 3 == 1:
+                WorkItem.objects.enqueue("demo.fail", f"fail-{stamp}")
+            for i in range(3):
+                WorkItem.objects.enqueue("demo.capped", f"capped-{stamp}-{i}", metadata={"seconds": "3"})
+            if env is not None:
+                WorkItem.objects.enqueue("tool_exec", f"sess-{stamp}", environment=env, metadata={"tool": "bash"})
+            export = operations.start(
+                "demo.export",
+                ExportRequest(
+                    units=random.randint(3, 8),
+                    records_per_unit=random.choice([500, 1000, 4300]),
+                    seconds_per_unit=random.choice([1.0, 2.0]),
+                ),
+                owner=opts["owner"],
+            )
+            if n % 4 == 0:
+                operations.cancel(export.id)  # a cancel to watch: pending now, or between units
+            if n % 3 == 1:
+                operations.start("demo.flaky", {"failures": 2}, owner=opts["owner"])
+            if n % 5 == 2:
+                operations.start("demo.doomed", {"subject": f"user-{n}"}, owner=opts["owner"])
+            self.stdout.write(f"round {n}: enqueued demo work, started {export.id}")
+            if opts["rounds"] and n >= opts["rounds"]:
+                return
+            time.sleep(opts["every"])

@@ -1,0 +1,116 @@
+"""`make run`: migrate, create the demo admin, then run a worker, the web server and a demo feeder.
+
+Runs under scripts/devdb.py, which has already set DATABASE_URL. Ctrl-C stops everything
+(the worker drains gracefully).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+MANAGE = [PY, str(ROOT / "manage.py")]
+
+
+def free_port(preferred: int) -> int:
+    for port in range(preferred, preferred + 50):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise SystemExit(f"no free port in {preferred}..{preferred + 49}; set PORT=...")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
+    parser.add_argument("--feed-every", type=float, default=5.0)
+    args = parser.parse_args()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+
+    subprocess.check_call([*MANAGE, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env)
+    subprocess.check_call([*MANAGE, "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, env=env)
+    setup = json.loads(subprocess.check_output([*MANAGE, "demo_setup", "--json"], cwd=ROOT, env=env))
+    port = free_port(args.port)
+    base = f"http://127.0.0.1:{port}"
+
+    procs = {
+        "worker": subprocess.Popen(
+            [*MANAGE, "runworker", "--concurrency", "8", "--maintenance", "30", "--worker-id", "demo-worker"],
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+        ),
+        "web": subprocess.Popen(
+            [*MANAGE, "runserver", f"127.0.0.1:{port}", "--noreload"], cwd=ROOT, env=env, start_new_session=True
+        ),
+    }
+    time.sleep(1.5)
+    procs["feeder"] = subprocess.Popen(
+        [*MANAGE, "demo_feed", "--every", str(args.feed_every)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    line = "=" * 72
+    # Children run in their own sessions: a terminal's Ctrl-C reaches only this script, which
+    # then sends each of them one SIGTERM (a second signal would make the worker exit at once).
+    print(
+        f"\n{line}\n"
+        f"  The demo is up.\n\n"
+        f"  Admin:       {base}/admin/   user: {setup['username']}   password: {setup['password']}\n"
+        f"               (a new password is printed each time `make run` starts)\n"
+        f"  Dashboard:   {base}/admin/workqueue/workitem/dashboard/\n"
+        f"  Operations:  {base}/admin/operations/operation/   (click one to watch it live)\n"
+        f"  API:         {base}/api/operations   (log in to the admin first)\n"
+        f"  Wire API:    {base}/v1/environments/{setup['environment_id']}/work/poll\n"
+        f"               environment key: {setup['environment_key']}\n\n"
+        f"  A worker, the web server and a demo feeder are running; Ctrl-C stops them.\n"
+        f"{line}\n",
+        flush=True,
+    )
+
+    stopping = False
+
+    def stop(*_):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    code = 0
+    while not stopping:
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                print(f"[make run] {name} exited with {proc.returncode}; stopping the demo", flush=True)
+                code = proc.returncode or 1
+                stopping = True
+                break
+        time.sleep(0.5)
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 35
+    for proc in procs.values():
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    print("[make run] stopped", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
