@@ -21,6 +21,14 @@ class OperationsConfig(AppConfig):
             # The operations defaults for their own queues; a site's WORKQUEUE entry still wins.
             declare_queue(queue, lease=conf.lease, retry_delay=conf.retry_delay, max_attempts=conf.max_attempts)
             handlers.register(queue, runner.handle, renews_lease=True)
+        try:
+            from operations import task_backend
+        except ImportError:  # neither django.tasks (Django 6) nor the django-tasks backport
+            pass
+        else:
+            from operations.registry import registry
+
+            registry.add_resolver(task_backend.KIND_PREFIX, task_backend.resolve)
         hooks.on_settled(sweeps.on_settled)
         hooks.register_sweep("recover", "operations", sweeps.recover_sweep)
         hooks.register_sweep("reap", "operations", sweeps.reap_sweep)

@@ -122,7 +122,9 @@ class OperationsSettings:
             queues = [queue]
         if not isinstance(queues, list | tuple) or not all(isinstance(q, str) and QUEUE_NAME.match(q) for q in queues):
             raise OperationsSettingsError(f"OPERATIONS['QUEUES'] must be a list of queue names, not {queues!r}.")
-        self.queues: list[str] = sorted({queue, *queues})
+        # The django.tasks backend runs tasks as operations on queues of its own.
+        self.task_queues: list[str] = task_backend_queues()
+        self.queues: list[str] = sorted({queue, *queues, *self.task_queues})
         resolver = merged["OWNER_RESOLVER"]
         if not isinstance(resolver, str) and not callable(resolver):
             raise OperationsSettingsError("OPERATIONS['OWNER_RESOLVER'] must be a dotted path or a callable.")
@@ -137,6 +139,24 @@ class OperationsSettings:
     @property
     def table(self) -> str:
         return table_name(self.table_prefix)
+
+
+TASK_BACKEND = "operations.task_backend.OperationsBackend"
+DEFAULT_TASK_QUEUE_PREFIX = "tasks."
+
+
+def task_backend_queues() -> list[str]:
+    """Workqueue queues the TASKS backends of ours use: QUEUE_PREFIX + each Django queue name."""
+    out = []
+    for params in (getattr(settings, "TASKS", None) or {}).values():
+        if not isinstance(params, dict) or params.get("BACKEND") != TASK_BACKEND:
+            continue
+        options = params.get("OPTIONS") or {}
+        prefix = options.get("QUEUE_PREFIX", DEFAULT_TASK_QUEUE_PREFIX) if isinstance(options, dict) else ""
+        for name in params.get("QUEUES") or ["default"]:
+            if isinstance(prefix, str) and isinstance(name, str):
+                out.append(prefix + name)
+    return out
 
 
 def table_name(prefix: str = "") -> str:
@@ -158,5 +178,5 @@ def configured_table() -> str:
 
 @receiver(setting_changed)
 def _reset(setting, **kwargs):
-    if setting == "OPERATIONS":
+    if setting in ("OPERATIONS", "TASKS"):
         ops_settings.cache_clear()

@@ -45,6 +45,17 @@ class Definition:
     request_type: type | None = None
     count_label: str = ""
     max_attempts: int | None = None
+    #: Seconds before a failed attempt is retried: a number, or ``fn(request, attempt_number)``;
+    #: None uses OPERATIONS["RETRY_DELAY"].
+    retry_delay: float | Callable | None = None
+
+    def delay_after(self, request, attempt_number: int, default: float) -> float:
+        """Seconds to wait before retrying after attempt ``attempt_number`` failed."""
+        if self.retry_delay is None:
+            return default
+        if callable(self.retry_delay):
+            return float(self.retry_delay(request, attempt_number))
+        return float(self.retry_delay)
 
     def encode(self, request) -> object:
         """Check the request against the kind's type and return its JSON-ready form."""
@@ -94,6 +105,7 @@ class Registry:
 
     def __init__(self):
         self._defs: dict[str, Definition] = {}
+        self._resolvers: dict[str, Callable[[str], Definition | None]] = {}
         self._lock = threading.Lock()
 
     def register(
@@ -104,13 +116,19 @@ class Registry:
         request_type: type | None = None,
         count_label: str = "",
         max_attempts: int | None = None,
+        retry_delay: float | Callable | None = None,
     ):
         """Register ``run`` under ``kind``; without ``run``, return a decorator."""
 
         def add(fn: Callable) -> Callable:
             self.add(
                 Definition(
-                    kind=kind, run=fn, request_type=request_type, count_label=count_label, max_attempts=max_attempts
+                    kind=kind,
+                    run=fn,
+                    request_type=request_type,
+                    count_label=count_label,
+                    max_attempts=max_attempts,
+                    retry_delay=retry_delay,
                 )
             )
             return fn
@@ -148,14 +166,30 @@ class Registry:
         with self._lock:
             self._defs.pop(kind, None)
 
+    def add_resolver(self, prefix: str, resolve: Callable[[str], Definition | None]) -> None:
+        """Let ``resolve(kind)`` supply definitions for kinds starting with ``prefix`` on demand
+        (the django.tasks backend names one kind per task function this way)."""
+        with self._lock:
+            self._resolvers[prefix] = resolve
+
     def get(self, kind: str) -> Definition:
-        try:
-            return self._defs[kind]
-        except KeyError:
-            raise UnknownKind(kind, self.kinds())
+        found = self._defs.get(kind)
+        if found is not None:
+            return found
+        for prefix, resolve in list(self._resolvers.items()):
+            if isinstance(kind, str) and (kind == prefix or kind.startswith(prefix + ".")):
+                definition = resolve(kind)
+                if definition is not None:
+                    with self._lock:
+                        return self._defs.setdefault(kind, definition)
+        raise UnknownKind(kind, self.kinds())
 
     def has(self, kind: str) -> bool:
-        return kind in self._defs
+        try:
+            self.get(kind)
+        except UnknownKind:
+            return False
+        return True
 
     def kinds(self) -> list[str]:
         """The kinds this process can run, sorted."""

@@ -111,11 +111,13 @@ class Reporter:
         self._flushed = (count, 0)
         self._lock = threading.Lock()
         self.last_flush = time.monotonic()
+        self.operation = None  # the row as begin left it (set by the runner)
         self.held = True
         self.cancel_requested = False
         self.revision = 0
         self.flushes = 0
         self.flush_errors = 0
+        self._closed = False
 
     # -- what a run calls ---------------------------------------------------------------
 
@@ -176,7 +178,7 @@ class Reporter:
         from operations import store
 
         with self._lock:
-            if not self.held:
+            if not self.held or self._closed:
                 return None
             mark = (self._count, self._version)
             params = {
@@ -208,12 +210,22 @@ class Reporter:
                 self.cancelled.set()
             return Ack(revision=self.revision, cancel_requested=self.cancel_requested, held=True)
 
+    def close(self) -> None:
+        """Stop flushing (the run ended; its final write carries the progress).
+
+        Taking the lock waits out a flush already in flight, so no flush can land after the
+        final write and mistake the finished operation for a lost one.
+        """
+        with self._lock:
+            self._closed = True
+
 
 class Flusher:
     """One thread per process that flushes due, dirty reporters every progress interval."""
 
-    def __init__(self, tick: float = 0.1):
+    def __init__(self, tick: float = 0.1, linger: float = 5.0):
         self.tick = tick
+        self.linger = linger
         self._reporters: weakref.WeakSet[Reporter] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -230,14 +242,29 @@ class Flusher:
             self._reporters.discard(reporter)
 
     def _run(self) -> None:
-        while True:
-            time.sleep(self.tick)
+        # The thread ends (closing its connection) once no run has been left to flush for
+        # ``linger`` seconds, so an idle process keeps no connection open for it; the next
+        # add() starts a new one.
+        idle_since = time.monotonic()
+        try:
+            while True:
+                time.sleep(self.tick)
+                with self._lock:
+                    reporters = list(self._reporters)
+                    if reporters:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since >= self.linger:
+                        self._thread = None  # decided under the lock, so add() starts a new thread
+                        return
+                now = time.monotonic()
+                for reporter in reporters:
+                    if reporter.held and reporter.dirty() and now - reporter.last_flush >= reporter.interval:
+                        reporter.flush()
+        finally:
             with self._lock:
-                reporters = list(self._reporters)
-            now = time.monotonic()
-            for reporter in reporters:
-                if reporter.held and reporter.dirty() and now - reporter.last_flush >= reporter.interval:
-                    reporter.flush()
+                if self._thread is threading.current_thread():
+                    self._thread = None
+            connections.close_all()
 
 
 flusher = Flusher()

@@ -116,11 +116,13 @@ def handle(item, ctx) -> None:
         lease=conf.lease,
         interval=conf.progress_interval,
         count_label=op.count_label,
+        # A new attempt starts its units again (carrying units_done over would read "7 of 5"
+        # after a retry); the count carries on, since it never goes backwards.
         units_total=op.units_total,
-        units_done=op.units_done,
         count=op.count,
         using=using,
     )
+    reporter.operation = op
     if op.cancel_requested:
         reporter.cancel_requested = True
         reporter.cancelled.set()
@@ -150,9 +152,11 @@ def handle(item, ctx) -> None:
         result = definition.run(request, reporter)
     except Exception as exc:
         flusher.discard(reporter)
-        _failed(reporter, common, exc, attempt)
+        reporter.close()
+        _failed(reporter, common, exc, attempt, definition.delay_after(op.request, attempt.number, conf.retry_delay))
     else:
         flusher.discard(reporter)
+        reporter.close()
         _succeeded(reporter, common, result)
     ctx.settled = True
 
@@ -197,7 +201,7 @@ def _succeeded(reporter: Reporter, common: dict, result) -> None:
         _finish(reporter, common, state="succeeded", uri=uri, detail=encoded, all_done=True, outcome="succeeded")
 
 
-def _failed(reporter: Reporter, common: dict, exc: Exception, attempt: Attempt) -> None:
+def _failed(reporter: Reporter, common: dict, exc: Exception, attempt: Attempt, delay: float) -> None:
     code = exc.code if isinstance(exc, Fail) else CODE_INTERNAL
     message = exc.message if isinstance(exc, Fail) else f"{type(exc).__name__}: {exc}"
     retryable = not is_unretryable(exc)
@@ -215,7 +219,7 @@ def _failed(reporter: Reporter, common: dict, exc: Exception, attempt: Attempt) 
         **reporter.snapshot(),
         "error_code": code,
         "error_message": _clip(message),
-        "delay": ops_settings().retry_delay,
+        "delay": delay,
         "attempt": json.dumps(_attempt_entry(exc, code, message, outcome="retried")),
     }
     try:

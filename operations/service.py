@@ -46,8 +46,10 @@ def start(
     id: str | None = None,
     owner: str | None = None,
     delay: float | dt.timedelta | None = None,
+    run_after: dt.datetime | None = None,
     priority: int = 0,
     queue: str | None = None,
+    max_attempts: int | None = None,
     raise_on_duplicate: bool = False,
     using: str = DEFAULT_DB_ALIAS,
 ) -> Operation:
@@ -74,7 +76,11 @@ def start(
         raise InvalidRequest("owner must be at most 200 characters")
     if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
         raise InvalidRequest(f"priority must be a 32-bit integer, not {priority!r}")
-    max_attempts = definition.max_attempts or conf.max_attempts
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        raise InvalidRequest(f"max_attempts must be an integer >= 1, not {max_attempts!r} (never unlimited)")
+    max_attempts = max_attempts or definition.max_attempts or conf.max_attempts
     with transaction.atomic(using=using, savepoint=False):
         rows = store.run(
             "op_insert",
@@ -90,22 +96,30 @@ def start(
             },
             using=using,
         )
-        if not rows:
-            existing = Operation.objects.using(using).get(pk=op_id)
-            if existing.owner != owner or existing.kind != kind:
-                raise DuplicateOperation(
-                    f"operation id {op_id!r} is already used by another operation; choose another id",
-                )
-            if raise_on_duplicate:
-                raise DuplicateOperation(f"operation {op_id!r} already exists", operation=existing)
-            existing.created = False
-            return existing
-        op = store.first_operation(rows, using=using)
-        WorkItem.objects.db_manager(using).enqueue(
-            queue, op_id, priority=priority, delay=delay, max_attempts=max_attempts, attempts=0
+        if rows:
+            op = store.first_operation(rows, using=using)
+            WorkItem.objects.db_manager(using).enqueue(
+                queue,
+                op_id,
+                priority=priority,
+                delay=delay,
+                run_after=run_after,
+                max_attempts=max_attempts,
+                attempts=0,
+            )
+            op.created = True
+            return op
+    # A duplicate wrote nothing. Raise outside the atomic block: an exception leaving a
+    # savepoint-less block would mark the caller's transaction for rollback.
+    existing = Operation.objects.using(using).get(pk=op_id)
+    if existing.owner != owner or existing.kind != kind:
+        raise DuplicateOperation(
+            f"operation id {op_id!r} is already used by another operation; choose another id",
         )
-    op.created = True
-    return op
+    if raise_on_duplicate:
+        raise DuplicateOperation(f"operation {op_id!r} already exists", operation=existing)
+    existing.created = False
+    return existing
 
 
 def get(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIAS) -> Operation:
@@ -175,12 +189,13 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
     """
     with transaction.atomic(using=using, savepoint=False):
         rows = store.run("op_cancel", {"id": op_id, "owner": owner}, using=using)
-        if not rows:
-            return get(op_id, owner=owner, using=using)
-        op = store.first_operation(rows, using=using)
-        if op.state == State.CANCELLED:
-            WorkItem.objects.db_manager(using).cancel_key(op.id, queue=op.queue)
-    return op
+        if rows:
+            op = store.first_operation(rows, using=using)
+            if op.state == State.CANCELLED:
+                WorkItem.objects.db_manager(using).cancel_key(op.id, queue=op.queue)
+            return op
+    # Outside the block, so a missing id does not mark the caller's transaction for rollback.
+    return get(op_id, owner=owner, using=using)
 
 
 def recover(*, using: str = DEFAULT_DB_ALIAS, now=None, dry_run: bool = False) -> dict[str, int]:

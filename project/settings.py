@@ -111,3 +111,13 @@ OPERATIONS = {
     "RETRY_DELAY": 3,  # the demo's flaky kind should visibly retry within seconds
     "PROGRESS_INTERVAL": 1,
 }
+
+# Django's task framework (django.tasks on Django 6; the django-tasks backport on 5.2), run by
+# our queue: every @task is stored as an operation and run by `manage.py runworker`.
+TASKS = {
+    "default": {
+        "BACKEND": "operations.task_backend.OperationsBackend",
+        "QUEUES": ["default", "emails"],
+        "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_DELAY": 2},
+    }
+}

@@ -151,6 +151,14 @@ def _seconds(value: object, what: str) -> float:
     return float(value)
 
 
+def _aware(value: object) -> dt.datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise InvalidInput(f"run_after must be a timezone-aware datetime, not {value!r}")
+    return value
+
+
 def _env_id(environment) -> str | None:
     if environment is None:
         return None
@@ -173,6 +181,7 @@ class WorkItemManager(WireLane, models.Manager):
         environment=None,
         priority: int | None = None,
         delay: float | dt.timedelta | None = None,
+        run_after: dt.datetime | None = None,
         metadata: dict | None = None,
         trace_context: dict | None = None,
         max_attempts: int | None = None,
@@ -180,9 +189,10 @@ class WorkItemManager(WireLane, models.Manager):
     ) -> tuple[Item, bool]:
         """Queue work for (queue, key) unless a live item exists; return (item, created).
 
-        A repeat while an item is live merges into it: priority only rises, run_after only
-        moves earlier. A held item absorbs the repeat too, so a handler that must see later
-        requests calls ``requeue()``. Idle workers are woken by a NOTIFY at commit.
+        ``run_after`` (an aware datetime) or ``delay`` (seconds) holds it back. A repeat while
+        an item is live merges into it: priority only rises, run_after only moves earlier. A
+        held item absorbs the repeat too, so a handler that must see later requests calls
+        ``requeue()``. Idle workers are woken by a NOTIFY at commit.
         """
         conf = wq_settings().queue(_check_queue(queue))
         _check_key(key)
@@ -203,6 +213,7 @@ class WorkItemManager(WireLane, models.Manager):
                 "environment_id": env_id,
                 "priority": priority,
                 "delay": _seconds(delay, "delay"),
+                "run_after": _aware(run_after),
                 "attempts": int(attempts),
                 "max_attempts": max_attempts,
                 "metadata": Jsonb(validate_metadata(metadata)),
@@ -256,7 +267,8 @@ class WorkItemManager(WireLane, models.Manager):
             prio = conf.priority if prio is None else prio
             if isinstance(prio, bool) or not isinstance(prio, int) or abs(prio) >= 2**31:
                 raise InvalidInput(f"priority must be a 32-bit integer, not {prio!r}")
-            attempts = spec.get("max_attempts") or conf.max_attempts
+            attempts = spec.get("max_attempts")
+            attempts = conf.max_attempts if attempts is None else attempts
             if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
                 raise InvalidInput(f"max_attempts must be an integer >= 1, not {attempts!r}")
             cols["queues"].append(conf.name)
@@ -337,8 +349,13 @@ class WorkItemManager(WireLane, models.Manager):
         item.lease_expires_at = rows[0][0]
         return rows[0][0]
 
-    def extend_many(self, items: Sequence[Item], leases: Sequence[float]) -> dict[int, dt.datetime]:
-        """Renew many leases in one statement; return {id: new expiry} for those still held."""
+    def extend_many(self, items: Sequence[Item], leases: Sequence[float]) -> dict[int, dt.datetime | None]:
+        """Renew many leases in one statement; return {id: new expiry} for those still held.
+
+        An item whose row another transaction holds locked is skipped, not waited for: it
+        maps to None (still held, not renewed this time; try again soon). An item missing
+        from the result has lost its lease.
+        """
         if not items:
             return {}
         rows = sql.run(
@@ -350,7 +367,7 @@ class WorkItemManager(WireLane, models.Manager):
             },
             using=self.db,
         )
-        return dict(rows)
+        return {pk: expiry for pk, expiry, held in rows if held}
 
     def complete(self, item: Item, outcome: str = "succeeded") -> None:
         """Settle a held item (default: succeeded); raise LeaseLost if the proof is stale."""
@@ -417,12 +434,15 @@ class WorkItemManager(WireLane, models.Manager):
         """Give held items back to queued, refunding the attempt their claim charged."""
         if not items:
             return []
-        rows = sql.run(
-            "item_release_many",
-            {"ids": [i.id for i in items], "tokens": [i.lease_token for i in items]},
-            using=self.db,
-        )
-        return [r[0] for r in rows]
+        with transaction.atomic(using=self.db, savepoint=False):
+            rows = sql.run(
+                "item_release_many",
+                {"ids": [i.id for i in items], "tokens": [i.lease_token for i in items]},
+                using=self.db,
+            )
+            released = {r[0] for r in rows}
+            hooks.settled([i for i in items if i.id in released], "released")
+        return sorted(released)
 
     def assert_held(self, item: Item) -> None:
         """Lock the item in the caller's transaction; raise LeaseLost if the proof is stale."""

@@ -17,8 +17,8 @@ INSERT INTO work_items AS w (
     metadata, trace_context, wire, reclaimed, handed_out, created_at
 )
 SELECT work_mint_id('work_'), %(queue)s, %(key)s, e.id, 'queued', %(priority)s,
-       now() + make_interval(secs => %(delay)s), %(attempts)s, %(max_attempts)s,
-       %(metadata)s, %(trace_context)s,
+       coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)), %(attempts)s,
+       %(max_attempts)s, %(metadata)s, %(trace_context)s,
        coalesce(e.kind = 'self_hosted' AND %(over_wire)s, false), false, false, now()
 FROM (SELECT 1) AS one
 LEFT JOIN work_environments e ON e.id = %(environment_id)s
@@ -70,9 +70,11 @@ FROM (SELECT q FROM unnest(%(queues)s::text[]) AS q ORDER BY q) AS ordered;
 -- name: item_claim
 -- The in-process lane. Per queue, take the best ready items (priority, run_after, age)
 -- and items whose holder's lease lapsed (reclaimed), never wire items; a capped queue
--- takes no more than its free slots, counted over holders with a live lease. One lease
--- proof is minted per claim. A lapsed item that has spent its attempts is settled failed
--- instead of handed out again (second CTE), and returned so hooks can react.
+-- takes no more than its free slots, counted over holders with a live lease, and the
+-- ready and lapsed candidates share that quota (ranked per queue), since a reclaimed
+-- item takes a slot too. One lease proof is minted per claim. A lapsed item that has
+-- spent its attempts is settled failed instead of handed out again, and returned so
+-- hooks can react. Rows come back in claim order, so runners start the best first.
 WITH q AS (
     SELECT u.name, u.lease_s,
            CASE WHEN u.cap IS NULL THEN u.n
@@ -85,7 +87,7 @@ WITH q AS (
          AS u(name, n, lease_s, cap)
 ),
 ready AS (
-    SELECT c.*, q.lease_s FROM q CROSS JOIN LATERAL (
+    SELECT c.*, q.name AS queue_name, q.n AS quota, q.lease_s FROM q CROSS JOIN LATERAL (
         SELECT w.id, false AS lapsed, w.priority, w.run_after, w.attempts >= w.max_attempts AS spent
         FROM work_items w
         WHERE w.state = 'queued' AND NOT w.wire AND w.queue = q.name AND w.run_after <= now()
@@ -95,7 +97,7 @@ ready AS (
     ) AS c
 ),
 lapsed AS (
-    SELECT c.*, q.lease_s FROM q CROSS JOIN LATERAL (
+    SELECT c.*, q.name AS queue_name, q.n AS quota, q.lease_s FROM q CROSS JOIN LATERAL (
         SELECT w.id, true AS lapsed, w.priority, w.run_after, w.attempts >= w.max_attempts AS spent
         FROM work_items w
         WHERE w.state IN ('starting', 'active') AND NOT w.wire AND w.queue = q.name
@@ -105,8 +107,12 @@ lapsed AS (
         FOR UPDATE SKIP LOCKED
     ) AS c
 ),
+ranked AS (
+    SELECT b.*, row_number() OVER (PARTITION BY b.queue_name ORDER BY b.priority DESC, b.run_after, b.id) AS rank
+    FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS b
+),
 candidates AS (
-    SELECT * FROM ready UNION ALL SELECT * FROM lapsed
+    SELECT * FROM ranked WHERE rank <= quota
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
 ),
@@ -131,7 +137,8 @@ settled AS (
 )
 SELECT * FROM claimed
 UNION ALL
-SELECT * FROM settled;
+SELECT * FROM settled
+ORDER BY priority DESC, run_after, id;
 
 
 -- name: item_extend
@@ -143,13 +150,31 @@ RETURNING lease_expires_at;
 
 
 -- name: item_extend_many
--- The lease keeper's renewal for every item a worker holds, in one statement. Items
--- missing from the result have lost their lease.
-UPDATE work_items w
-SET lease_expires_at = now() + make_interval(secs => t.lease_s)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(leases)s::float8[]) AS t(id, token, lease_s)
-WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active')
-RETURNING w.id, w.lease_expires_at;
+-- The lease keeper's renewal for every item a worker holds, in one statement, one row
+-- back per item: (id, new expiry, held). A row locked by another transaction (often its
+-- own handler's, e.g. assert_held) is skipped rather than waited for, so one long lock
+-- cannot hold up every other renewal: it comes back with no expiry and held = true (its
+-- proof still matched at the statement's start), to be retried. held = false: lost.
+WITH t AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(leases)s::float8[]) AS t(id, token, lease_s)
+),
+mine AS (
+    SELECT w.id, t.lease_s FROM work_items w JOIN t ON t.id = w.id
+    WHERE w.lease_token = t.token AND w.state IN ('starting', 'active')
+    FOR UPDATE OF w SKIP LOCKED
+),
+renewed AS (
+    UPDATE work_items w SET lease_expires_at = now() + make_interval(secs => mine.lease_s)
+    FROM mine
+    WHERE w.id = mine.id
+    RETURNING w.id, w.lease_expires_at
+)
+SELECT t.id, r.lease_expires_at,
+       r.id IS NOT NULL OR EXISTS (
+           SELECT 1 FROM work_items w
+           WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active')
+       ) AS held
+FROM t LEFT JOIN renewed r ON r.id = t.id;
 
 
 -- name: item_complete_many
@@ -196,7 +221,7 @@ RETURNING id;
 -- attempt its claim charged refunded, run_after untouched so the order is kept.
 UPDATE work_items w
 SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL,
-    lease_expires_at = NULL, reclaimed = false, claimed_by = NULL
+    lease_expires_at = NULL, reclaimed = false, claimed_by = ''
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
 WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active')
 RETURNING w.id;

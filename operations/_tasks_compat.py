@@ -1,0 +1,35 @@
+"""Import Django's task framework from Django 6 (``django.tasks``) or the ``django-tasks`` backport."""
+
+try:  # Django >= 6.0
+    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskError
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+
+    SOURCE = "django.tasks"
+except ImportError:  # Django 5.2 with the backport (pip install django-tasks)
+    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskError
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+
+    SOURCE = "django_tasks"
+
+__all__ = [
+    "SOURCE",
+    "BaseTaskBackend",
+    "InvalidTask",
+    "Task",
+    "TaskContext",
+    "TaskError",
+    "TaskResult",
+    "TaskResultDoesNotExist",
+    "TaskResultStatus",
+    "task_backends",
+    "task_enqueued",
+    "task_finished",
+    "task_started",
+]
