@@ -6,7 +6,10 @@ DEVDB   := $(PY) scripts/devdb.py run --
 PORT    ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: run test lint format bench check venv clean
+VENV52  ?= .venv-django52
+STAMP52 := $(VENV52)/.installed
+
+.PHONY: run test test-django52 lint format bench check venv clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt pyproject.toml
 	@PYBIN=$$(scripts/find-python) || exit 1; \
@@ -17,6 +20,13 @@ $(STAMP): requirements/base.txt requirements/dev.txt pyproject.toml
 
 venv: $(STAMP)
 
+$(STAMP52): requirements/base.txt requirements/dev.txt requirements/django52.txt pyproject.toml
+	@PYBIN=$$(scripts/find-python) || exit 1; \
+	 if [ ! -x $(VENV52)/bin/python ]; then echo "creating $(VENV52) with $$PYBIN"; "$$PYBIN" -m venv $(VENV52) || exit 1; fi
+	$(VENV52)/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(VENV52)/bin/python -m pip install -q --disable-pip-version-check -r requirements/django52.txt -e .
+	@touch $(STAMP52)
+
 ## run: the demo site: database, migrations, a worker, the admin, demo work.
 run: $(STAMP)
 	$(DEVDB) $(PY) scripts/run_demo.py --port $(PORT)
@@ -24,6 +34,10 @@ run: $(STAMP)
 ## test: the whole suite against a real PostgreSQL.
 test: $(STAMP)
 	$(DEVDB) $(PY) -m pytest $(PYTEST_ARGS)
+
+## test-django52: the django.tasks backend and core queue tests on Django 5.2 LTS + the django-tasks backport.
+test-django52: $(STAMP52)
+	$(VENV52)/bin/python scripts/devdb.py run -- $(VENV52)/bin/python -m pytest tests/tasks tests/workqueue/test_smoke.py $(PYTEST_ARGS)
 
 ## check: Django's system checks and the migrations-are-committed check.
 check: $(STAMP)
@@ -42,4 +56,4 @@ bench: $(STAMP)
 	$(DEVDB) $(PY) manage.py benchqueue $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV52) .pytest_cache .ruff_cache

@@ -6,6 +6,7 @@ try:  # Django >= 6.0
     from django.tasks.base import Task, TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
 
     SOURCE = "django.tasks"
 except ImportError:  # Django 5.2 with the backport (pip install django-tasks)
@@ -15,6 +16,7 @@ except ImportError:  # Django 5.2 with the backport (pip install django-tasks)
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.utils import normalize_json
 
     SOURCE = "django_tasks"
 
@@ -28,6 +30,7 @@ __all__ = [
     "TaskResult",
     "TaskResultDoesNotExist",
     "TaskResultStatus",
+    "normalize_json",
     "task_backends",
     "task_enqueued",
     "task_finished",

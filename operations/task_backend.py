@@ -30,7 +30,6 @@ import logging
 from dataclasses import dataclass
 
 from django.core import checks
-from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from operations._tasks_compat import (
@@ -42,6 +41,7 @@ from operations._tasks_compat import (
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    normalize_json,
     task_enqueued,
     task_finished,
     task_started,

@@ -34,6 +34,9 @@ INSTALLED_APPS = [
 ]
 if importlib.util.find_spec("django_extensions") is not None:
     INSTALLED_APPS.append("django_extensions")
+# Django 5.2 gets the task framework from the django-tasks backport (Django 6 ships it).
+if importlib.util.find_spec("django.tasks") is None and importlib.util.find_spec("django_tasks") is not None:
+    INSTALLED_APPS.append("django_tasks")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

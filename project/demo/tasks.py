@@ -2,7 +2,10 @@
 
 import time
 
-from django.tasks import task
+try:
+    from django.tasks import task
+except ImportError:  # Django 5.2: the django-tasks backport
+    from django_tasks import task
 
 
 @task

@@ -1,0 +1,175 @@
+"""The django.tasks backend: Django's task API, stored as operations and run by real runworker processes.
+
+Runs on Django 6 (django.tasks) and on Django 5.2 with the django-tasks backport
+(`make test-django52`).
+"""
+
+import datetime as dt
+import signal
+
+import pytest
+from django.core import checks
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from operations._tasks_compat import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends
+from operations.models import Operation
+from operations.task_backend import OperationsBackend, cancel
+from tests.conftest import wait_until
+from tests.testapp import tasks
+from workqueue.models import WorkItem
+
+QUEUES = ["--queue", "tasks.default", "--queue", "tasks.emails"]
+
+
+def finished(result):
+    result.refresh()
+    return result.is_finished
+
+
+@pytest.mark.django_db(transaction=True)
+def test_documented_tasks_run_under_runworker_and_report_every_field(start_worker):
+    before = timezone.now()
+    plain = tasks.add.enqueue(2, 3)
+    email = tasks.send_email.enqueue("ada@example.com", subject="welcome")
+    ctx = tasks.with_context.enqueue(rows=10)
+    later_at = timezone.now() + dt.timedelta(seconds=1.5)
+    deferred = tasks.add.using(run_after=later_at, priority=-5).enqueue(1, 1)
+    coro = tasks.async_add.enqueue(20, 22)
+    results = [plain, email, ctx, deferred, coro]
+    assert all(r.status == TaskResultStatus.READY for r in results)
+    assert plain.enqueued_at >= before - dt.timedelta(seconds=1) and plain.started_at is None
+
+    worker = start_worker(*QUEUES, "--poll", "1")
+    for result in results:
+        wait_until(lambda r=result: finished(r), timeout=30, message=f"{result.id} to finish")
+
+    assert [r.status for r in results] == [TaskResultStatus.SUCCESSFUL] * 5, worker.output()[-3000:]
+    assert plain.return_value == 5
+    assert email.return_value == {"to": "ada@example.com", "subject": "welcome"}
+    assert ctx.return_value == {"attempt": 1, "result_id": ctx.id}
+    assert deferred.return_value == 2
+    assert coro.return_value == 42
+    for r in results:
+        assert r.enqueued_at <= r.started_at <= r.finished_at
+        assert r.last_attempted_at is not None and r.last_attempted_at >= r.started_at
+        assert len(r.worker_ids) == 1 and r.worker_ids[0]
+        assert r.attempts == 1 and r.errors == []
+    # run_after held the deferred task back; priority, queue names and progress are ours underneath.
+    assert deferred.started_at >= later_at - dt.timedelta(milliseconds=50)
+    email_op = Operation.objects.get(pk=email.id)
+    assert (email_op.queue, email_op.priority) == ("tasks.emails", 10)
+    assert Operation.objects.get(pk=deferred.id).priority == -5
+    ctx_op = Operation.objects.get(pk=ctx.id)
+    assert (ctx_op.units_total, ctx_op.units_done, ctx_op.count) == (2, 2, 10)
+    # get_result through the task and through the backend give the same answer.
+    again = tasks.add.get_result(plain.id)
+    assert again.status == TaskResultStatus.SUCCESSFUL and again.return_value == 5
+    assert again.args == [2, 3] and again.kwargs == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_raising_task_records_each_error_and_retries_up_to_its_ceiling(start_worker):
+    backend_default = tasks.explode.enqueue("boom")  # OPTIONS MAX_ATTEMPTS = 3
+    per_task = tasks.explode_twice.enqueue("nope")  # @task(max_attempts=2)
+    start_worker(*QUEUES, "--poll", "0.5")
+    for result in (backend_default, per_task):
+        wait_until(lambda r=result: finished(r), timeout=30, message="the failing tasks to give up")
+
+    assert backend_default.status == TaskResultStatus.FAILED
+    assert len(backend_default.errors) == 3 and len(backend_default.worker_ids) == 3
+    assert {e.exception_class_path for e in backend_default.errors} == {"builtins.ValueError"}
+    assert all("boom" in e.traceback for e in backend_default.errors)
+    assert backend_default.errors[0].exception_class is ValueError
+    with pytest.raises(ValueError, match="failed"):
+        _ = backend_default.return_value
+    assert per_task.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in per_task.errors] == ["builtins.KeyError"] * 2
+    assert Operation.objects.get(pk=per_task.id).error_code == "attempts_exhausted"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_whose_worker_is_sigkilled_is_retried_by_another_worker(start_worker):
+    result = tasks.hang_first_attempt.enqueue(seconds=120)
+    first = start_worker(*QUEUES, "--poll", "0.5", "--worker-id", "doomed")
+    wait_until(lambda: finished(result) or result.status == TaskResultStatus.RUNNING, timeout=20, message="RUNNING")
+    first.signal(signal.SIGKILL)
+    first.wait(10)
+    result.refresh()
+    assert result.status == TaskResultStatus.RUNNING  # the row still says so until the lease lapses
+    start_worker(*QUEUES, "--poll", "0.5", "--worker-id", "rescuer")
+    wait_until(lambda: finished(result), timeout=30, message="the retry to finish")
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == {"attempt": 2}
+    assert result.worker_ids == ["doomed", "rescuer"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_inside_a_rolled_back_transaction_leaves_nothing():
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), transaction.atomic():
+        result = tasks.add.enqueue(1, 2)
+        assert Operation.objects.filter(pk=result.id).exists()
+        raise Boom
+    assert not Operation.objects.exists()
+    assert not WorkItem.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_non_serialisable_argument_is_refused_at_enqueue():
+    with pytest.raises(InvalidTask, match="JSON-serialisable"):
+        tasks.add.enqueue(object(), 1)
+    with pytest.raises(InvalidTask, match="JSON-serialisable"):
+        tasks.send_email.enqueue("a@b", subject={1, 2})
+    assert not Operation.objects.exists() and not WorkItem.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unknown_queue_names_are_refused_and_results_are_scoped_to_tasks():
+    with pytest.raises(InvalidTask, match="Queue 'nope' is not valid"):
+        tasks.add.using(queue_name="nope")
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result("op_does_not_exist")
+    import operations
+
+    op = operations.start("demo.flaky", {"failures": 0})
+    with pytest.raises(TaskResultDoesNotExist):  # an operation that is not a task is not a task result
+        task_backends["default"].get_result(op.id)
+
+
+def test_bad_options_and_queue_names_are_named_by_manage_py_check():
+    bad = {
+        "default": {
+            "BACKEND": "operations.task_backend.OperationsBackend",
+            "QUEUES": ["default", "no spaces"],
+            "OPTIONS": {"MAX_ATTEMPTS": 0, "RETRY_BACKOFF": 0.5, "BOGUS": 1},
+        }
+    }
+    with override_settings(TASKS=bad):
+        messages = [m for m in checks.run_checks() if m.id and m.id.startswith("operations.E10")]
+        text = "\n".join(m.msg for m in messages)
+        assert "MAX_ATTEMPTS" in text and "never unlimited" in text
+        assert "RETRY_BACKOFF" in text and "'BOGUS'" in text
+        backend = task_backends["default"]
+        assert isinstance(backend, OperationsBackend) and backend.option_problems
+        with pytest.raises(InvalidTask, match="misconfigured"):
+            tasks.add.using(backend="default").enqueue(1, 2)
+
+
+def test_the_backend_declares_what_it_supports():
+    backend = task_backends["default"]
+    assert backend.supports_defer and backend.supports_priority and backend.supports_get_result
+    assert backend.supports_async_task
+    assert {"default", "emails"} <= backend.queues
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_a_pending_task_fails_it_without_running(start_worker):
+    result = tasks.add.using(run_after=timezone.now() + dt.timedelta(seconds=30)).enqueue(1, 2)
+    cancelled = cancel(result)
+    assert cancelled.status == TaskResultStatus.FAILED
+    assert Operation.objects.get(pk=result.id).state == "cancelled"
+    assert WorkItem.objects.get(key=result.id).outcome == "cancelled"

@@ -1,0 +1,52 @@
+"""Tasks for the django.tasks backend tests, written the way Django's documentation writes them."""
+
+import time
+
+try:
+    from django.tasks import task
+except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks import task
+
+
+@task
+def add(a, b):
+    return a + b
+
+
+@task(priority=10, queue_name="emails")
+def send_email(to, subject="hello"):
+    return {"to": to, "subject": subject}
+
+
+@task(takes_context=True)
+def with_context(context, rows):
+    reporter = context.reporter
+    reporter.set_units(2)
+    for n in range(2):
+        reporter.start_unit(f"half {n}")
+        reporter.advance(rows // 2)
+        reporter.finish_unit()
+    return {"attempt": context.attempt, "result_id": context.task_result.id}
+
+
+@task
+def explode(message):
+    raise ValueError(message)
+
+
+@task(max_attempts=2, retry_delay=0)
+def explode_twice(message):
+    raise KeyError(message)
+
+
+@task(takes_context=True)
+def hang_first_attempt(context, seconds):
+    # The first attempt hangs (its worker is SIGKILLed by the test); a retry returns at once.
+    if context.attempt == 1:
+        time.sleep(seconds)
+    return {"attempt": context.attempt}
+
+
+@task
+async def async_add(a, b):
+    return a + b
