@@ -4,6 +4,7 @@ import time
 from django.core.management.base import BaseCommand
 
 import operations
+from project.demo import tasks
 from project.demo.kinds import ExportRequest
 from workqueue.models import Environment, WorkItem
 
@@ -50,6 +51,11 @@ class Command(BaseCommand):
                 operations.start("demo.flaky", {"failures": 2}, owner=opts["owner"])
             if n % 5 == 2:
                 operations.start("demo.doomed", {"subject": f"user-{n}"}, owner=opts["owner"])
+            # Django's own task API, run by the same queue (TASKS points at our backend).
+            tasks.add.enqueue(n, n)
+            if n % 2 == 1:
+                tasks.send_welcome.enqueue(n)
+                tasks.crunch.enqueue(rows=random.choice([300, 800]))
             self.stdout.write(f"round {n}: enqueued demo work, started {export.id}")
             if opts["rounds"] and n >= opts["rounds"]:
                 return
