@@ -4,9 +4,12 @@
 - ``demo.sleep`` sleeps for its ``seconds`` metadata value (default 1), reporting progress
   each tenth of a second and stopping early when cancelled;
 - ``demo.fail`` raises, so retries and final failures show in the admin;
-- ``demo.capped`` sleeps like ``demo.sleep`` on a queue capped at 2 running fleet-wide.
+- ``demo.capped`` sleeps like ``demo.sleep`` on a queue capped at 2 running fleet-wide;
+- ``demo.latency`` appends how long ago its item was enqueued (metadata ``t0``, epoch
+  seconds) to the file named by ``BENCH_LATENCY_FILE`` — the benchmark's wake-up probe.
 """
 
+import os
 import time
 
 from workqueue import handlers
@@ -36,3 +39,12 @@ def fail(item, ctx):
 
 
 handlers.register("demo.capped", sleep)
+
+
+@handlers.register("demo.latency")
+def latency(item, ctx):
+    started = time.time()
+    path = os.environ.get("BENCH_LATENCY_FILE")
+    if path and "t0" in item.metadata:
+        with open(path, "a") as out:
+            out.write(f"{item.key} {started - float(item.metadata['t0']):.6f}\n")

@@ -52,3 +52,9 @@ def doomed(request, reporter: operations.Reporter):
     raise operations.Unretryable(
         operations.Fail("no_such_subject", "subject %s does not exist", (request or {}).get("subject", "?"))
     )
+
+
+@operations.register("demo.nothing")
+def nothing(request, reporter: operations.Reporter):
+    """Do nothing: the benchmark's no-op operation."""
+    return None

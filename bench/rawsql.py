@@ -1,0 +1,108 @@
+"""The raw-SQL ceiling: the queue's own statements from a tight psycopg loop, no Django, no handler."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import uuid
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from workqueue.sql import QUERIES
+
+
+def _connect(conninfo: str) -> psycopg.Connection:
+    conn = psycopg.connect(conninfo, autocommit=True)
+    conn.prepare_threshold = 0  # prepare every statement on first use, as the app does
+    return conn
+
+
+def insert_single(conninfo: str, n: int, queue: str) -> float:
+    """Rows/s for item_enqueue, one row per statement and commit."""
+    sql = QUERIES["item_enqueue"]
+    tag = uuid.uuid4().hex[:8]
+    with _connect(conninfo) as conn:
+        started = time.perf_counter()
+        for i in range(n):
+            conn.execute(
+                sql,
+                {
+                    "queue": queue,
+                    "key": f"raw-{tag}-{i}",
+                    "environment_id": None,
+                    "priority": 0,
+                    "delay": 0.0,
+                    "run_after": None,
+                    "attempts": 0,
+                    "max_attempts": 5,
+                    "metadata": Jsonb({}),
+                    "trace_context": None,
+                    "over_wire": False,
+                    "channel": "bench_raw",
+                },
+            ).fetchall()
+        return n / (time.perf_counter() - started)
+
+
+def insert_bulk(conninfo: str, n: int, queue: str, per_statement: int = 1000) -> float:
+    """Rows/s for item_enqueue_many, ``per_statement`` rows per statement."""
+    sql = QUERIES["item_enqueue_many"]
+    tag = uuid.uuid4().hex[:8]
+    with _connect(conninfo) as conn:
+        started = time.perf_counter()
+        for base in range(0, n, per_statement):
+            size = min(per_statement, n - base)
+            conn.execute(
+                sql,
+                {
+                    "queues": [queue] * size,
+                    "keys": [f"rawb-{tag}-{base + i}" for i in range(size)],
+                    "environment_ids": [None] * size,
+                    "priorities": [0] * size,
+                    "delays": [0.0] * size,
+                    "max_attempts": [5] * size,
+                    "metadatas": [Jsonb({})] * size,
+                    "over_wires": [False] * size,
+                },
+            ).fetchall()
+        return n / (time.perf_counter() - started)
+
+
+def _drain_loop(conninfo: str, queue: str, batch: int, lease: float, out) -> None:
+    claim, complete = QUERIES["item_claim"], QUERIES["item_complete_many"]
+    done = 0
+    with _connect(conninfo) as conn:
+        params = {
+            "queues": [queue],
+            "limits": [batch],
+            "leases": [lease],
+            "caps": [None],
+            "limit": batch,
+            "worker_id": "raw",
+        }
+        while True:
+            rows = conn.execute(claim, params).fetchall()
+            if not rows:
+                break
+            conn.execute(
+                complete,
+                {"ids": [r[0] for r in rows], "tokens": [r[11] for r in rows], "outcome": "succeeded"},
+            ).fetchall()
+            done += len(rows)
+    out.put(done)
+
+
+def drain(conninfo: str, queue: str, *, connections: int, batch: int, lease: float = 30.0) -> tuple[int, float]:
+    """Claim and complete everything queued on ``queue`` from N processes; return (items, items/s)."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_drain_loop, args=(conninfo, queue, batch, lease, out)) for _ in range(connections)]
+    started = time.perf_counter()
+    for p in procs:
+        p.start()
+    total = sum(out.get() for _ in procs)
+    elapsed = time.perf_counter() - started
+    for p in procs:
+        p.join()
+    return total, total / elapsed

@@ -1,0 +1,565 @@
+"""Run the benchmark sections and print one table (figures, and each one's ratio to raw SQL)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+from django.core.management import call_command
+from django.db import connection, connections
+
+from bench import rawsql
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Options:
+    quick: bool = False
+    runs: int = 3
+    workers: tuple[int, ...] = (1, 2)
+    batch: int = 200
+    concurrency: int = 4
+    drain_items: int = 20_000
+    enqueue_single: int = 4_000
+    enqueue_bulk: int = 100_000
+    latency_items: int = 1_000
+    operations: int = 3_000
+    tasks: int = 3_000
+    wire_items: int = 2_000
+    wire_clients: int = 4
+    rss_items: int = 200_000
+    sections: tuple[str, ...] = ("enqueue", "drain", "latency", "operations", "tasks", "wire", "rss")
+    log: object = print
+
+    @classmethod
+    def quick_mode(cls, **kw) -> Options:
+        return cls(
+            quick=True,
+            runs=1,
+            batch=50,
+            drain_items=400,
+            enqueue_single=200,
+            enqueue_bulk=2_000,
+            latency_items=20,
+            operations=100,
+            tasks=100,
+            wire_items=40,
+            rss_items=2_000,
+            **kw,
+        )
+
+
+@dataclass
+class Row:
+    name: str
+    value: float
+    unit: str
+    ceiling: float | None = None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        return self.value / self.ceiling if self.ceiling else None
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    def add(self, *args, **kwargs) -> Row:
+        row = Row(*args, **kwargs)
+        self.rows.append(row)
+        return row
+
+    def table(self) -> str:
+        head = f"{'measure':<46} {'value':>12}  {'unit':<10} {'raw SQL':>12}  {'ratio':>6}  note"
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            ceiling = f"{r.ceiling:,.0f}" if r.ceiling else ""
+            ratio = f"{r.ratio:.2f}" if r.ratio is not None else ""
+            value = f"{r.value:,.1f}" if r.value < 100 else f"{r.value:,.0f}"
+            lines.append(f"{r.name:<46} {value:>12}  {r.unit:<10} {ceiling:>12}  {ratio:>6}  {r.note}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {
+            "meta": self.meta,
+            "results": [
+                {
+                    "name": r.name,
+                    "value": r.value,
+                    "unit": r.unit,
+                    "raw_sql": r.ceiling,
+                    "ratio": r.ratio,
+                    "note": r.note,
+                }
+                for r in self.rows
+            ],
+        }
+
+
+# -- the throwaway database --------------------------------------------------------------
+
+
+def _conninfo(settings_dict: dict, name: str) -> str:
+    s = settings_dict
+    parts = [f"dbname={name}", f"user={s.get('USER') or 'postgres'}"]
+    host = s.get("HOST") or (s.get("OPTIONS") or {}).get("host")
+    if host:
+        parts.append(f"host={host}")
+    if s.get("PORT"):
+        parts.append(f"port={s['PORT']}")
+    if s.get("PASSWORD"):
+        parts.append(f"password={s['PASSWORD']}")
+    return " ".join(parts)
+
+
+def _url(settings_dict: dict, name: str) -> str:
+    s = settings_dict
+    user = quote(s.get("USER") or "postgres")
+    password = f":{quote(s['PASSWORD'])}" if s.get("PASSWORD") else ""
+    host = s.get("HOST") or (s.get("OPTIONS") or {}).get("host") or ""
+    if not host or host.startswith("/"):
+        return f"postgres://{user}{password}@/{name}?host={quote(host or '/var/run/postgresql')}"
+    return f"postgres://{user}{password}@{host}:{s.get('PORT') or 5432}/{name}"
+
+
+class ThrowawayDatabase:
+    """CREATE a fresh database, point Django at it, migrate; DROP it again afterwards."""
+
+    def __init__(self):
+        self.original = dict(connection.settings_dict)
+        self.name = f"bench_{uuid.uuid4().hex[:10]}"
+        self.admin = _conninfo(self.original, "postgres")
+
+    def __enter__(self):
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}"')
+        connections.close_all()
+        connection.settings_dict["NAME"] = self.name
+        call_command("migrate", verbosity=0, interactive=False)
+        self.conninfo = _conninfo(self.original, self.name)
+        self.url = _url(self.original, self.name)
+        return self
+
+    def __exit__(self, *exc):
+        connections.close_all()
+        connection.settings_dict["NAME"] = self.original["NAME"]
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                [self.name],
+            )
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}"')
+
+
+# -- processes ---------------------------------------------------------------------------
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class Workers:
+    """Some `runworker` processes, started and waited for until they report in."""
+
+    def __init__(self, db_url: str, count: int, args: list[str], env: dict | None = None):
+        self.env = dict(
+            os.environ, DATABASE_URL=db_url, PYTHONUNBUFFERED="1", WORKQUEUE_LOG_LEVEL="WARNING", **(env or {})
+        )
+        self.ids = [f"bench-{uuid.uuid4().hex[:6]}-{n}" for n in range(count)]
+        self.logs = [tempfile.TemporaryFile() for _ in self.ids]  # noqa: SIM115 - closed in stop()
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, str(ROOT / "manage.py"), "runworker", "--worker-id", wid, *args],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            for wid, log in zip(self.ids, self.logs, strict=True)
+        ]
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        from workqueue.models import Worker
+
+        deadline = time.monotonic() + timeout
+        while Worker.objects.filter(id__in=self.ids, state="running").count() < len(self.ids):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                raise RuntimeError("runworker did not start:\n" + self.output())
+            time.sleep(0.05)
+        time.sleep(0.3)  # let each settle into its first idle wait
+
+    def rss(self) -> list[float]:
+        return [_rss_mb(p.pid) for p in self.procs]
+
+    def output(self) -> str:
+        out = []
+        for log in self.logs:
+            log.seek(0)
+            out.append(log.read().decode(errors="replace")[-3000:])
+        return "\n".join(out)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in self.logs:
+            log.close()
+
+
+def _wait_drained(queue: str, timeout: float) -> None:
+    from workqueue.models import WorkItem
+
+    deadline = time.monotonic() + timeout
+    while WorkItem.objects.filter(queue=queue).unsettled().exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"queue {queue} did not drain in {timeout:.0f}s")
+        time.sleep(0.02)
+
+
+def _reset() -> None:
+    from operations.models import Operation
+
+    with connection.cursor() as cur:
+        cur.execute(f'TRUNCATE work_items, "{Operation._meta.db_table}"')
+        cur.execute("VACUUM ANALYZE work_items")
+
+
+# -- sections ----------------------------------------------------------------------------
+
+
+def bench_enqueue(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    from workqueue.models import WorkItem
+
+    singles, bulks = [], []
+    for _ in range(opts.runs):
+        _reset()
+        tag = uuid.uuid4().hex[:6]
+        started = time.perf_counter()
+        for i in range(opts.enqueue_single):
+            WorkItem.objects.enqueue("demo.noop", f"s-{tag}-{i}")
+        singles.append(opts.enqueue_single / (time.perf_counter() - started))
+        _reset()
+        started = time.perf_counter()
+        for base in range(0, opts.enqueue_bulk, 1000):
+            WorkItem.objects.enqueue_many(
+                [("demo.noop", f"b-{tag}-{base + i}") for i in range(min(1000, opts.enqueue_bulk - base))]
+            )
+        bulks.append(opts.enqueue_bulk / (time.perf_counter() - started))
+    _reset()
+    raw_single = rawsql.insert_single(db.conninfo, opts.enqueue_single, "raw.insert")
+    _reset()
+    raw_bulk = rawsql.insert_bulk(db.conninfo, opts.enqueue_bulk, "raw.insert")
+    report.add("enqueue, one item per statement+commit", statistics.median(singles), "items/s", raw_single)
+    report.add("enqueue_many, 1,000 items per statement", statistics.median(bulks), "items/s", raw_bulk)
+
+
+def bench_drain(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    from workqueue.models import WorkItem
+
+    for count in opts.workers:
+        rates, raw_rates = [], []
+        for _ in range(opts.runs):
+            _reset()
+            workers = Workers(
+                db.url,
+                count,
+                ["--queue", "demo.noop", "--batch", str(opts.batch), "--concurrency", str(opts.concurrency)],
+            )
+            try:
+                workers.wait_ready()
+                tag = uuid.uuid4().hex[:6]
+                started = time.perf_counter()
+                for base in range(0, opts.drain_items, 10_000):
+                    WorkItem.objects.enqueue_many(
+                        [("demo.noop", f"d-{tag}-{base + i}") for i in range(min(10_000, opts.drain_items - base))]
+                    )
+                _wait_drained("demo.noop", timeout=max(60, opts.drain_items / 500))
+                rates.append(opts.drain_items / (time.perf_counter() - started))
+            finally:
+                workers.stop()
+            _reset()
+            WorkItem.objects.enqueue_many([("raw.drain", f"r-{i}") for i in range(opts.drain_items)])
+            _n, raw_rate = rawsql.drain(db.conninfo, "raw.drain", connections=count, batch=opts.batch)
+            raw_rates.append(raw_rate)
+        report.add(
+            f"drain, {count} runworker process{'es' if count > 1 else ''} (no-op)",
+            statistics.median(rates),
+            "items/s",
+            statistics.median(raw_rates),
+            f"batch {opts.batch}, concurrency {opts.concurrency}",
+        )
+
+
+def bench_latency(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    from workqueue.models import WorkItem
+
+    _reset()
+    with tempfile.NamedTemporaryFile("r", suffix=".lat", delete=False) as probe:
+        path = probe.name
+    workers = Workers(db.url, 1, ["--queue", "demo.latency", "--poll", "30"], env={"BENCH_LATENCY_FILE": path})
+    samples: list[float] = []
+    try:
+        workers.wait_ready()
+        with open(path) as feed:
+            for i in range(opts.latency_items):
+                WorkItem.objects.enqueue("demo.latency", f"lat-{i}", metadata={"t0": f"{time.time():.6f}"})
+                deadline = time.monotonic() + 10
+                line = ""
+                while not line.endswith("\n"):
+                    line += feed.readline()
+                    if not line.endswith("\n"):
+                        if time.monotonic() > deadline:
+                            raise RuntimeError("no wake-up within 10 s:\n" + workers.output())
+                        time.sleep(0.0002)
+                samples.append(float(line.split()[1]) * 1000)
+                time.sleep(0.005)
+    finally:
+        workers.stop()
+        os.unlink(path)
+    samples.sort()
+
+    def pct(p: float) -> float:
+        return samples[min(len(samples) - 1, round(p / 100 * (len(samples) - 1)))]
+
+    note = f"{len(samples)} items on an idle queue, --poll 30 (NOTIFY wake-up)"
+    report.add("latency enqueue → handler start, p50", pct(50), "ms", note=note)
+    report.add("latency enqueue → handler start, p95", pct(95), "ms")
+    report.add("latency enqueue → handler start, p99", pct(99), "ms")
+
+
+def _life(
+    opts: Options, db: ThrowawayDatabase, n: int, queue_args: list[str], start_one, done_count
+) -> tuple[float, float]:
+    rates, start_rates = [], []
+    for _ in range(opts.runs):
+        _reset()
+        workers = Workers(db.url, 2, [*queue_args, "--batch", str(opts.batch), "--concurrency", str(opts.concurrency)])
+        try:
+            workers.wait_ready()
+            started = time.perf_counter()
+            for i in range(n):
+                start_one(i)
+            start_rates.append(n / (time.perf_counter() - started))
+            deadline = time.monotonic() + max(60, n / 100)
+            while done_count() < n:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("operations did not finish:\n" + workers.output())
+                time.sleep(0.02)
+            rates.append(n / (time.perf_counter() - started))
+        finally:
+            workers.stop()
+    return statistics.median(rates), statistics.median(start_rates)
+
+
+def bench_operations(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    import operations
+    from operations.models import Operation
+
+    rate, start_rate = _life(
+        opts,
+        db,
+        opts.operations,
+        ["--queue", "operations"],
+        lambda i: operations.start("demo.nothing", None),
+        lambda: Operation.objects.succeeded().count(),
+    )
+    report.add(
+        "operations: start → run no-op → succeeded, 2 workers", rate, "ops/s", note=f"start alone: {start_rate:,.0f}/s"
+    )
+
+
+def bench_tasks(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    from operations.models import Operation
+    from project.demo.tasks import add
+
+    rate, start_rate = _life(
+        opts,
+        db,
+        opts.tasks,
+        ["--queue", "tasks.default"],
+        lambda i: add.enqueue(i, i),
+        lambda: Operation.objects.succeeded().count(),
+    )
+    report.add(
+        "@task: enqueue → run → SUCCESSFUL, 2 workers", rate, "tasks/s", note=f"enqueue alone: {start_rate:,.0f}/s"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_wire(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    import httpx
+
+    from workqueue.environments import create_environment
+    from workqueue.models import WorkItem
+
+    _reset()
+    env, key = create_environment(f"bench-{uuid.uuid4().hex[:6]}", "self_hosted")
+    WorkItem.objects.enqueue_many(
+        [{"queue": "tool_exec", "key": f"sess-{i}", "environment": env.id} for i in range(opts.wire_items)]
+    )
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "project.wsgi",
+            "--worker-class",
+            "gthread",
+            "--workers",
+            "2",
+            "--threads",
+            "8",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, DATABASE_URL=db.url),
+    )
+    base = f"http://127.0.0.1:{port}/v1/environments/{env.id}/work"
+    headers = {"Authorization": f"Bearer {key}", "Anthropic-Worker-ID": "bench"}
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{base}/stats", headers=headers, timeout=1).raise_for_status()
+                break
+            except (httpx.HTTPError, OSError):
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("gunicorn did not come up")
+                time.sleep(0.1)
+        cycles = []
+        errors = []
+
+        def client(n: int) -> None:
+            done = 0
+            with httpx.Client(headers={**headers, "Anthropic-Worker-ID": f"bench-{n}"}, timeout=10) as http:
+                while True:
+                    polled = http.get(f"{base}/poll", params={"reclaim_older_than_ms": 60_000})
+                    if polled.status_code != 200:
+                        errors.append(polled.text)
+                        return
+                    work = polled.json()
+                    if work is None:
+                        break
+                    wid = work["id"]
+                    for response in (
+                        http.post(f"{base}/{wid}/ack"),
+                        http.post(f"{base}/{wid}/heartbeat", params={"expected_last_heartbeat": "NO_HEARTBEAT"}),
+                        http.post(f"{base}/{wid}/stop", json={"force": True}),
+                    ):
+                        if response.status_code != 200:
+                            errors.append(response.text)
+                            return
+                    done += 1
+            cycles.append(done)
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(opts.wire_clients)]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - started
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    if errors:
+        raise RuntimeError(f"wire cycle failed: {errors[0]}")
+    report.add(
+        f"wire: poll → ack → heartbeat → stop, {opts.wire_clients} clients",
+        sum(cycles) / elapsed,
+        "cycles/s",
+        note="gunicorn gthread 2×8, httpx",
+    )
+
+
+def bench_rss(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    from workqueue.models import WorkItem
+
+    _reset()
+    workers = Workers(
+        db.url, 1, ["--queue", "demo.noop", "--batch", str(opts.batch), "--concurrency", str(opts.concurrency)]
+    )
+    try:
+        workers.wait_ready()
+        # Warm up with a first batch so the start figure includes loaded code and caches.
+        WorkItem.objects.enqueue_many([("demo.noop", f"warm-{i}") for i in range(min(5_000, opts.rss_items))])
+        _wait_drained("demo.noop", 120)
+        before = workers.rss()[0]
+        for base in range(0, opts.rss_items, 10_000):
+            WorkItem.objects.enqueue_many(
+                [("demo.noop", f"rss-{base + i}") for i in range(min(10_000, opts.rss_items - base))]
+            )
+            _wait_drained("demo.noop", 300)
+        after = workers.rss()[0]
+    finally:
+        workers.stop()
+    report.add("worker RSS after warm-up", before, "MB")
+    report.add(
+        f"worker RSS after draining {opts.rss_items:,} more", after, "MB", note=f"{(after / before - 1) * 100:+.1f}%"
+    )
+
+
+SECTIONS = {
+    "enqueue": bench_enqueue,
+    "drain": bench_drain,
+    "latency": bench_latency,
+    "operations": bench_operations,
+    "tasks": bench_tasks,
+    "wire": bench_wire,
+    "rss": bench_rss,
+}
+
+
+def run(opts: Options) -> Report:
+    report = Report(
+        meta={
+            "quick": opts.quick,
+            "runs": opts.runs,
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+        }
+    )
+    with ThrowawayDatabase() as db:
+        with connection.cursor() as cur:
+            cur.execute("SHOW server_version")
+            report.meta["postgres"] = cur.fetchone()[0]
+        for name in opts.sections:
+            opts.log(f"… {name}")
+            SECTIONS[name](opts, db, report)
+    return report
