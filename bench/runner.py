@@ -448,7 +448,7 @@ def bench_wire(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
             "warning",
         ],
         cwd=ROOT,
-        env=dict(os.environ, DATABASE_URL=db.url),
+        env=dict(os.environ, DATABASE_URL=db.url, DEBUG="0"),
     )
     base = f"http://127.0.0.1:{port}/v1/environments/{env.id}/work"
     headers = {"Authorization": f"Bearer {key}", "Anthropic-Worker-ID": "bench"}
@@ -547,6 +547,10 @@ SECTIONS = {
 
 
 def run(opts: Options) -> Report:
+    from django.conf import settings
+
+    # DEBUG logs every statement (and formats its parameters): not what production runs.
+    settings.DEBUG = False
     report = Report(
         meta={
             "quick": opts.quick,
