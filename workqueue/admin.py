@@ -1,1 +1,578 @@
-"""Admin for the work queue (dashboard, work items, environments, API keys, workers)."""
+"""Admin for the work queue: the queue dashboard, work items, environments, API keys, workers, sweeps.
+
+Read-mostly. A work item's state moves only through the queue's verbs (the "Requeue now" and
+"Force stop" actions call ``WorkItem.objects.requeue_now`` / ``force_stop``); keys are minted by
+``workqueue.environments`` and shown once. Every list stays cheap on a table of millions of
+rows: no unbounded ``COUNT(*)`` (``EstimatedCountPaginator``), no facet counts, no ``DISTINCT``
+filters, and relative times come from the database clock (``db_now`` on every row).
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+
+from workqueue import dashboard, handlers
+from workqueue.conf import wq_settings
+from workqueue.environments import create_api_key, create_environment, rotate_environment_key
+from workqueue.models import ApiKey, Environment, MaintenanceRun, Outcome, State, Worker, WorkItem
+from workqueue.templatetags.workqueue_admin import DASH, duration, lease_text, seconds_between
+
+#: Badge tone of each state; a stopped item takes the tone of its outcome.
+STATE_TONES: dict[str, str] = {
+    State.QUEUED: "info",
+    State.STARTING: "ok",
+    State.ACTIVE: "ok",
+    State.STOPPING: "warn",
+    State.STOPPED: "quiet",
+}
+OUTCOME_TONES: dict[str, str] = {
+    Outcome.SUCCEEDED: "quiet",
+    Outcome.FAILED: "error",
+    Outcome.CANCELLED: "warn",
+    Outcome.STOPPED: "quiet",
+}
+#: An action refuses selections larger than this (narrow the filter instead).
+MAX_ACTION_ITEMS = 10_000
+
+
+def badge(label: str, tone: str, title: str = "") -> str:
+    return format_html('<span class="wq-badge wq-tone-{}" title="{}">{}</span>', tone, title, label)
+
+
+def state_badge(state: str, outcome: str | None = None) -> str:
+    """The badge of a work item's state (with its outcome once stopped)."""
+    if state == State.STOPPED and outcome:
+        return badge(f"{state} · {outcome}", OUTCOME_TONES[outcome])
+    return badge(state, STATE_TONES[state])
+
+
+class EstimatedCountPaginator(Paginator):
+    """A paginator that never counts more than ``exact_up_to + 1`` rows.
+
+    Unfiltered, a large table's size comes from ``pg_class.reltuples`` (no COUNT at all);
+    otherwise rows are counted up to the bound, and past it the planner's estimate for the
+    filtered query is shown as "about N".
+    """
+
+    exact_up_to = 10_000
+    estimated = False
+
+    @cached_property
+    def count(self) -> int:
+        qs = self.object_list
+        unfiltered = not qs.query.where
+        estimate = dashboard.table_estimate(qs.model._meta.db_table, using=qs.db) if unfiltered else None
+        if estimate is not None and estimate > self.exact_up_to:
+            self.estimated = True
+            return estimate
+        # Small, never analyzed, or filtered: count, but never past the bound. (A stale small
+        # estimate must not stand: the admin lists every row at once when it thinks they fit.)
+        counted = qs.order_by()[: self.exact_up_to + 1].count()
+        if counted <= self.exact_up_to:
+            return counted
+        self.estimated = True
+        if not unfiltered:
+            plan = json.loads(qs.order_by().explain(format="json"))
+            estimate = int(plan[0]["Plan"]["Plan Rows"])
+        return max(estimate or 0, counted)
+
+
+class FastListMixin:
+    """Change list settings that keep a list of millions of rows to bounded queries."""
+
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+
+
+class ReadOnlyMixin:
+    """Rows written by the queue itself: viewable, never added, edited or deleted here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class StuckFilter(admin.SimpleListFilter):
+    """Stuck items (WorkItemQuerySet.stuck()) and, narrower, those with a lapsed lease (lapsed())."""
+
+    title = "health"
+    parameter_name = "stuck"
+
+    def lookups(self, request, model_admin):
+        minutes = duration(wq_settings().stuck_after)
+        return [
+            ("yes", f"Stuck (lapsed lease, or queued {minutes} past due)"),
+            ("lapsed", "Lapsed lease"),
+        ]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.stuck()
+        if self.value() == "lapsed":
+            return queryset.lapsed()
+        return queryset
+
+
+class SituationFilter(admin.SimpleListFilter):
+    """The dashboard's columns, each a WorkItemQuerySet scope."""
+
+    title = "situation"
+    parameter_name = "situation"
+    SCOPES = {
+        "ready": "Ready (due, not reserved)",
+        "scheduled": "Scheduled (run_after ahead)",
+        "pending": "Pending (polled, not acked)",
+        "running": "Running (starting or active)",
+        "stopping": "Stopping",
+        "succeeded": "Succeeded",
+        "failed": "Failed",
+    }
+
+    def lookups(self, request, model_admin):
+        return list(self.SCOPES.items())
+
+    def queryset(self, request, queryset):
+        if self.value() in self.SCOPES:
+            return getattr(queryset, self.value())()
+        return queryset
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Queues from the settings and the handler registry (never a DISTINCT over the table)."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request, model_admin):
+        names = set(wq_settings().queues) | set(handlers.queues())
+        if self.value():
+            names.add(self.value())
+        return [(name, name) for name in sorted(names)]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(queue=self.value()) if self.value() else queryset
+
+
+@admin.register(WorkItem)
+class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
+    list_display = (
+        "key_display",
+        "state_display",
+        "queue",
+        "environment",
+        "priority",
+        "attempts_display",
+        "lease_display",
+        "due_display",
+        "age_display",
+    )
+    list_display_links = ("key_display",)
+    list_filter = ("state", StuckFilter, SituationFilter, QueueFilter, "environment")
+    list_select_related = ("environment",)
+    sortable_by = ("age_display",)
+    search_fields = ("public_id", "key")
+    search_help_text = "An exact work id (work_…) or key."
+    actions = ("requeue_now", "force_stop")
+    empty_value_display = DASH
+    fieldsets = (
+        (None, {"fields": ("public_id", ("queue", "key"), ("state_display", "environment"), "last_error_display")}),
+        (
+            "Scheduling",
+            {
+                "fields": (
+                    ("priority", "attempts_display", "reclaimed"),
+                    ("run_after", "due_display"),
+                    ("wire", "handed_out"),
+                )
+            },
+        ),
+        ("Lease", {"fields": (("lease_display", "lease_expires_at", "claimed_by"),)}),
+        (
+            "Timeline",
+            {
+                "fields": (
+                    ("created_at", "age_display"),
+                    ("acknowledged_at", "started_at", "last_heartbeat_at"),
+                    ("stop_requested_at", "stopped_at"),
+                )
+            },
+        ),
+        ("Data", {"fields": ("metadata_display", "trace_context_display")}),
+    )
+    readonly_fields = (
+        "state_display",
+        "last_error_display",
+        "due_display",
+        "attempts_display",
+        "lease_display",
+        "age_display",
+        "metadata_display",
+        "trace_context_display",
+    )
+
+    def get_queryset(self, request):
+        # One database "now" per statement: every relative time on the page uses it.
+        return super().get_queryset(request).annotate(db_now=Now())
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = {**(extra_context or {}), "has_operate_permission": self.has_operate_permission(request)}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        # Exact matches only: public_id is unique-indexed; a LIKE over millions of keys is not.
+        return queryset.filter(Q(public_id=term) | Q(key=term)), False
+
+    def get_urls(self):
+        urls = [
+            path(
+                "dashboard/",
+                self.admin_site.admin_view(self.dashboard_view),
+                name=f"{self.opts.app_label}_dashboard",
+            )
+        ]
+        return urls + super().get_urls()
+
+    def dashboard_view(self, request):
+        """The queue dashboard: per queue and per self-hosted environment, as of the database clock."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            refresh = int(request.GET.get("refresh", "0"))
+        except ValueError:
+            refresh = 0
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Queue dashboard",
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "snapshot": dashboard.snapshot(),
+            "refresh": min(max(refresh, 5), 300) if refresh else 0,
+            "changelist_url": reverse(f"{self.admin_site.name}:workqueue_workitem_changelist"),
+            "workers_url": reverse(f"{self.admin_site.name}:workqueue_worker_changelist"),
+            "environments_url": reverse(f"{self.admin_site.name}:workqueue_environment_changelist"),
+            "maintenance_url": reverse(f"{self.admin_site.name}:workqueue_maintenancerun_changelist"),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/workqueue/dashboard.html", context)
+
+    # -- columns ----------------------------------------------------------------------
+
+    @admin.display(description="state")
+    def state_display(self, obj):
+        return state_badge(obj.state, obj.outcome)
+
+    @admin.display(description="key")
+    def key_display(self, obj):
+        if len(obj.key) <= 48:
+            return obj.key
+        return format_html('<span title="{}">{}…</span>', obj.key, obj.key[:47])
+
+    @admin.display(description="attempts")
+    def attempts_display(self, obj):
+        text = f"{obj.attempts} / {obj.max_attempts}"
+        if obj.reclaimed:
+            return format_html('{} <span class="wq-quiet" title="Its previous holder\'s lease lapsed">↻</span>', text)
+        return text
+
+    @admin.display(description="lease")
+    def lease_display(self, obj):
+        if obj.lease_expires_at is None:
+            return DASH
+        text = lease_text(obj.lease_expires_at, getattr(obj, "db_now", None))
+        if text.startswith("lapsed"):
+            return format_html('<span class="wq-lapsed" title="{}">{}</span>', obj.lease_expires_at, text)
+        return format_html('<span title="{}">{}</span>', obj.lease_expires_at, text)
+
+    @admin.display(description="due")
+    def due_display(self, obj):
+        if obj.state != State.QUEUED:
+            return DASH
+        wait = seconds_between(getattr(obj, "db_now", None), obj.run_after)
+        if wait is None:
+            return DASH
+        return f"in {duration(wait)}" if wait < 0 else ("now" if wait < 1 else f"{duration(wait)} ago")
+
+    @admin.display(description="age", ordering="-id")
+    def age_display(self, obj):
+        return duration(seconds_between(getattr(obj, "db_now", None), obj.created_at))
+
+    @admin.display(description="last error")
+    def last_error_display(self, obj):
+        return format_html('<pre class="wq-pre">{}</pre>', obj.last_error) if obj.last_error else DASH
+
+    @admin.display(description="metadata")
+    def metadata_display(self, obj):
+        return format_html('<pre class="wq-pre">{}</pre>', json.dumps(obj.metadata, indent=2, sort_keys=True))
+
+    @admin.display(description="trace context")
+    def trace_context_display(self, obj):
+        if obj.trace_context is None:
+            return DASH
+        return format_html('<pre class="wq-pre">{}</pre>', json.dumps(obj.trace_context, indent=2, sort_keys=True))
+
+    # -- actions ----------------------------------------------------------------------
+
+    def has_operate_permission(self, request):
+        """Moving items (requeue, force stop) takes the model's change permission."""
+        codename = get_permission_codename("change", self.opts)
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    def _selected_ids(self, request, queryset) -> list[int] | None:
+        ids = list(queryset.order_by().values_list("pk", flat=True)[: MAX_ACTION_ITEMS + 1])
+        if len(ids) > MAX_ACTION_ITEMS:
+            self.message_user(
+                request,
+                f"That selects more than {MAX_ACTION_ITEMS:,} work items; narrow the filters and try again. "
+                "Nothing was changed.",
+                messages.ERROR,
+            )
+            return None
+        return ids
+
+    def _report(self, request, verb: str, changed: int, selected: int, left_alone: str) -> None:
+        noun = "work item" if changed == 1 else "work items"
+        text = f"{verb} {changed:,} {noun}."
+        if selected > changed:
+            text += f" {selected - changed:,} of the {selected:,} selected {left_alone} and were left as they were."
+        self.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
+
+    @admin.action(description="Requeue now (ready at once; holders lose their leases)", permissions=["operate"])
+    def requeue_now(self, request, queryset):
+        ids = self._selected_ids(request, queryset)
+        if ids is not None:
+            changed = WorkItem.objects.requeue_now(ids)
+            self._report(request, "Requeued", len(changed), len(ids), "were stopping or stopped")
+
+    @admin.action(description="Force stop (settle as cancelled; holders lose their leases)", permissions=["operate"])
+    def force_stop(self, request, queryset):
+        ids = self._selected_ids(request, queryset)
+        if ids is not None:
+            changed = WorkItem.objects.force_stop(ids)
+            self._report(request, "Force-stopped", len(changed), len(ids), "were already stopped")
+
+
+class KeyCreatingAdmin(admin.ModelAdmin):
+    """Create rows whose key is minted by ``workqueue.environments``: shown once, stored hashed."""
+
+    create_fields: tuple[str, ...] = ("name",)
+    key_noun = "key"
+
+    def create(self, cleaned_data):  # -> (obj, key)
+        raise NotImplementedError
+
+    def get_fields(self, request, obj=None):
+        return self.create_fields if obj is None else super().get_fields(request, obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else self.readonly_fields
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            # Only what the form edits: a full save could undo a key rotated meanwhile.
+            changed = [f for f in form.changed_data if f in form.fields]
+            if changed:
+                obj.save(update_fields=changed)
+            return
+        created, key = self.create(form.cleaned_data)
+        for f in type(obj)._meta.concrete_fields:
+            setattr(obj, f.attname, getattr(created, f.attname))
+        obj._state.adding, obj._state.db = False, created._state.db
+        self.show_key(request, created, key)
+
+    def show_key(self, request, obj, key: str) -> None:
+        messages.warning(
+            request,
+            format_html(
+                'The {} of “{}” is <code class="wq-key">{}</code> — copy it now: it is shown only this once '
+                "(only its hash is stored).",
+                self.key_noun,
+                obj,
+                key,
+            ),
+        )
+
+    @admin.display(description="key")
+    def key_hint_display(self, obj):
+        return format_html('<code title="The key\'s first characters">{}…</code>', obj.key_hint)
+
+
+@admin.register(Environment)
+class EnvironmentAdmin(KeyCreatingAdmin):
+    list_display = ("name", "kind", "id", "key_hint_display", "created_at", "key_rotated_at")
+    list_filter = ("kind",)
+    search_fields = ("name", "=id")
+    create_fields = ("name", "kind")
+    fields = ("id", "name", "kind", "key_hint_display", "created_at", "key_rotated_at")
+    readonly_fields = ("id", "kind", "key_hint_display", "created_at", "key_rotated_at")
+    key_noun = "environment key"
+
+    def create(self, cleaned_data):
+        return create_environment(cleaned_data["name"], cleaned_data["kind"])
+
+    def get_urls(self):
+        return [
+            path(
+                "<path:object_id>/rotate-key/",
+                self.admin_site.admin_view(self.rotate_key_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_rotate_key",
+            ),
+            *super().get_urls(),
+        ]
+
+    def rotate_key_view(self, request, object_id):
+        """Confirm, then give the environment a new key (shown once); the old key stops working."""
+        env = self.get_object(request, unquote(object_id))
+        if env is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_change_permission(request, env):
+            raise PermissionDenied
+        change_url = reverse(f"{self.admin_site.name}:workqueue_environment_change", args=[quote(env.pk)])
+        if request.method == "POST":
+            key = rotate_environment_key(env)
+            self.log_change(request, env, "Rotated the environment key.")
+            self.show_key(request, env, key)
+            return HttpResponseRedirect(change_url)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Rotate the environment key?",
+            "subtitle": str(env),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "original": env,
+            "change_url": change_url,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/workqueue/environment/rotate_key.html", context)
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(KeyCreatingAdmin):
+    list_display = ("name", "key_hint_display", "status_display", "created_at", "last_used_at")
+    list_filter = ("revoked",)
+    search_fields = ("name",)
+    fields = ("name", "key_hint_display", "status_display", "created_at", "last_used_at")
+    readonly_fields = ("key_hint_display", "status_display", "created_at", "last_used_at")
+    actions = ("revoke",)
+    key_noun = "API key"
+
+    def create(self, cleaned_data):
+        return create_api_key(cleaned_data["name"])
+
+    @admin.display(description="status", ordering="revoked")
+    def status_display(self, obj):
+        return badge("revoked", "error") if obj.revoked else badge("active", "ok")
+
+    @admin.action(description="Revoke selected API keys (they stop working at once)", permissions=["change"])
+    def revoke(self, request, queryset):
+        revoked = queryset.filter(revoked=False).update(revoked=True)
+        self.message_user(request, f"Revoked {revoked:,} API key{'s' if revoked != 1 else ''}.", messages.SUCCESS)
+
+
+@admin.register(Worker)
+class WorkerAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = (
+        "id",
+        "status_display",
+        "last_seen_display",
+        "queues_display",
+        "processed_display",
+        "failed_display",
+        "host",
+        "pid",
+    )
+    list_filter = ("state", "host")
+    search_fields = ("=id", "host")
+    show_facets = admin.ShowFacets.NEVER
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(db_now=Now())
+
+    @admin.display(description="status")
+    def status_display(self, obj):
+        if obj.state == "stopped":
+            return badge("exited", "quiet", "Stopped cleanly")
+        stale_after = wq_settings().worker_stale_after
+        if (seconds_between(obj.db_now, obj.last_seen) or 0) <= stale_after:
+            return badge("alive", "ok")
+        return badge("stale", "error", f"Not seen for more than {duration(stale_after)}")
+
+    @admin.display(description="queues")
+    def queues_display(self, obj):
+        return ", ".join(obj.queues) if obj.queues else "all registered"
+
+    @admin.display(description="processed", ordering="processed")
+    def processed_display(self, obj):
+        return f"{obj.processed:,}"
+
+    @admin.display(description="failed", ordering="failed")
+    def failed_display(self, obj):
+        return f"{obj.failed:,}"
+
+    @admin.display(description="last seen", ordering="-last_seen")
+    def last_seen_display(self, obj):
+        return format_html(
+            '<span title="{}">{} ago</span>', obj.last_seen, duration(seconds_between(obj.db_now, obj.last_seen))
+        )
+
+
+class SweepFilter(admin.SimpleListFilter):
+    """The sweeps by name, from the fixed list (never a DISTINCT over a table that keeps growing)."""
+
+    title = "sweep"
+    parameter_name = "name"
+
+    def lookups(self, request, model_admin):
+        return [(name, name) for name in dashboard.SWEEPS]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(name=self.value()) if self.value() else queryset
+
+
+@admin.register(MaintenanceRun)
+class MaintenanceRunAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("name", "started_at", "took_display", "result_display", "counts_display", "host")
+    list_filter = (SweepFilter, "ok")
+    sortable_by = ("started_at",)
+    fields = ("name", "host", "started_at", "finished_at", "took_display", "result_display", "counts", "error")
+    readonly_fields = ("took_display", "result_display")
+
+    @admin.display(description="took")
+    def took_display(self, obj):
+        seconds = seconds_between(obj.finished_at, obj.started_at)
+        if seconds is None:
+            return DASH
+        return f"{seconds:.2f} s" if seconds < 60 else duration(seconds)
+
+    @admin.display(description="result")
+    def result_display(self, obj):
+        if not obj.ok:
+            return badge("failed", "error", obj.error)
+        if obj.finished_at is None:
+            return badge("running", "info", "Running, or its process died before recording the end")
+        return badge("ok", "ok")
+
+    @admin.display(description="counts")
+    def counts_display(self, obj):
+        return " ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in (obj.counts or {}).items())

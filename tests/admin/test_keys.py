@@ -1,0 +1,118 @@
+"""Environment and API key admin: a key is shown once, only its hash is stored, rotation and revocation."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.urls import reverse
+
+from workqueue import keys
+from workqueue.environments import create_api_key, create_environment
+from workqueue.models import ApiKey, Environment
+
+pytestmark = pytest.mark.django_db
+
+ENV_KEY = re.compile(r"wqenv_[A-Za-z0-9_-]{20,}")
+API_KEY = re.compile(r"wqkey_[A-Za-z0-9_-]{20,}")
+
+
+def messages_of(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+def stored_values(obj) -> list[str]:
+    return [str(getattr(obj, f.attname)) for f in type(obj)._meta.concrete_fields]
+
+
+def test_adding_an_environment_shows_its_key_once_and_stores_only_the_hash(admin_client):
+    response = admin_client.post(
+        reverse("admin:workqueue_environment_add"), {"name": "edge", "kind": "self_hosted"}, follow=True
+    )
+    assert response.status_code == 200
+    shown = ENV_KEY.findall(" ".join(messages_of(response)))
+    assert len(shown) == 1
+    key = shown[0]
+    env = Environment.objects.get(name="edge")
+    assert env.kind == "self_hosted" and env.id.startswith("env_")
+    assert env.key_hash == keys.digest(key) and env.key_hint == keys.hint(key)
+    assert key not in stored_values(env)
+    # Shown once: neither the next page nor the environment's own page has it.
+    assert key not in admin_client.get(reverse("admin:workqueue_environment_changelist")).content.decode()
+    page = admin_client.get(reverse("admin:workqueue_environment_change", args=[env.pk])).content.decode()
+    assert key not in page and env.key_hint in page and env.key_hash not in page
+
+
+def test_a_bad_environment_is_refused_and_nothing_is_written(admin_client):
+    create_environment("taken", "cloud")
+    for data in ({"name": "taken", "kind": "cloud"}, {"name": "new", "kind": "moon"}, {"name": "", "kind": "cloud"}):
+        response = admin_client.post(reverse("admin:workqueue_environment_add"), data)
+        assert response.status_code == 200 and response.context["adminform"].form.errors, data
+    assert list(Environment.objects.values_list("name", flat=True)) == ["taken"]
+
+
+def test_rotating_a_key_asks_first_then_shows_the_new_key_once(admin_client):
+    env, old_key = create_environment("edge", "self_hosted")
+    url = reverse("admin:workqueue_environment_rotate_key", args=[quote(env.pk)])
+    change_url = reverse("admin:workqueue_environment_change", args=[quote(env.pk)])
+    assert url in admin_client.get(change_url).content.decode()
+
+    confirm = admin_client.get(url)
+    assert confirm.status_code == 200 and "stops working at once" in confirm.content.decode()
+    env.refresh_from_db()
+    assert keys.matches(old_key, env.key_hash)  # asking changed nothing
+
+    response = admin_client.post(url, follow=True)
+    assert response.redirect_chain[-1][0] == change_url
+    (new_key,) = ENV_KEY.findall(" ".join(messages_of(response)))
+    env.refresh_from_db()
+    assert keys.matches(new_key, env.key_hash) and not keys.matches(old_key, env.key_hash)
+    assert env.key_rotated_at is not None
+    assert new_key not in stored_values(env)
+    assert new_key not in admin_client.get(change_url).content.decode()
+
+
+def test_rotating_takes_the_change_permission(viewer_client):
+    env, old_key = create_environment("edge", "self_hosted")
+    url = reverse("admin:workqueue_environment_rotate_key", args=[env.pk])
+    assert viewer_client.post(url).status_code == 403
+    env.refresh_from_db()
+    assert keys.matches(old_key, env.key_hash)
+
+
+def test_renaming_an_environment_keeps_its_key_and_kind(admin_client):
+    env, key = create_environment("edge", "self_hosted")
+    response = admin_client.post(
+        reverse("admin:workqueue_environment_change", args=[env.pk]), {"name": "edge-2", "kind": "cloud"}
+    )
+    assert response.status_code == 302
+    env.refresh_from_db()
+    assert (env.name, env.kind) == ("edge-2", "self_hosted")
+    assert keys.matches(key, env.key_hash)
+
+
+def test_adding_an_api_key_shows_it_once_and_stores_only_the_hash(admin_client):
+    response = admin_client.post(reverse("admin:workqueue_apikey_add"), {"name": "ci"}, follow=True)
+    (key,) = API_KEY.findall(" ".join(messages_of(response)))
+    api_key = ApiKey.objects.get(name="ci")
+    assert api_key.key_hash == keys.digest(key) and not api_key.revoked
+    assert key not in stored_values(api_key)
+    page = admin_client.get(reverse("admin:workqueue_apikey_change", args=[api_key.pk])).content.decode()
+    assert key not in page and api_key.key_hint in page
+
+
+def test_revoking_api_keys_says_how_many(admin_client):
+    a, _ = create_api_key("a")
+    b, _ = create_api_key("b")
+    keep, _ = create_api_key("keep")
+    ApiKey.objects.filter(pk=b.pk).update(revoked=True)
+    response = admin_client.post(
+        reverse("admin:workqueue_apikey_changelist"),
+        {"action": "revoke", "_selected_action": [a.pk, b.pk], "index": 0},
+        follow=True,
+    )
+    assert messages_of(response) == ["Revoked 1 API key."]
+    assert set(ApiKey.objects.filter(revoked=True).values_list("name", flat=True)) == {"a", "b"}
+    keep.refresh_from_db()
+    assert not keep.revoked
