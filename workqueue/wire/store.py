@@ -1,5 +1,362 @@
-"""Wire-lane verbs of ``WorkItem.objects`` (poll, ack, heartbeat, stop, ...). SQL in sql/wire.sql."""
+"""Wire-lane verbs of ``WorkItem.objects`` (poll, ack, heartbeat, stop, ...). SQL in sql/wire.sql.
+
+Each verb is one named statement plus row mapping and error translation; the verbs that
+refuse (ack, heartbeat, stop) read the row afterwards, in a fresh statement, only to say
+why. Every statement applies the wire-visible predicate (the path's environment and the
+item's ``wire`` flag), so an item the credential may not see is ``WorkNotFound``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import math
+import time
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from psycopg.types.json import Jsonb
+
+from workqueue import hooks, sql
+from workqueue.conf import wq_settings
+from workqueue.exceptions import HeartbeatMismatch, InvalidInput, InvalidMetadata, WorkConflict, WorkNotFound
+from workqueue.items import Item
+
+WIRE = sql.load("wire.sql")
+
+NO_HEARTBEAT = "NO_HEARTBEAT"
+RESERVE_DEFAULT_MS = 5000
+RESERVE_MAX_MS = 3_600_000
+BLOCK_MAX_MS = 999
+LIST_DEFAULT_LIMIT = 20
+LIST_MAX_LIMIT = 100
+METADATA_MAX_KEYS = 16
+
+_FIRST_PAGE = (dt.datetime(9999, 12, 31, tzinfo=dt.UTC), 2**63 - 1)
+
+
+@dataclass(slots=True)
+class PollResult:
+    """What one poll did: the item handed out (or None), and what it settled on the way."""
+
+    item: Item | None = None
+    finalized: list[Item] = field(default_factory=list)
+    exhausted: list[Item] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The lease as a heartbeat left it (or found it, when it did not extend it)."""
+
+    last_heartbeat: dt.datetime | None
+    lease_extended: bool
+    state: str
+    ttl_seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkStats:
+    depth: int = 0
+    pending: int = 0
+    oldest_queued_at: dt.datetime | None = None
+    workers_polling: int = 0
+
+
+def _items(rows) -> list[Item]:
+    return [Item.from_row(r) for r in rows]
+
+
+def encode_cursor(item: Item) -> str:
+    """An opaque keyset cursor for the page after ``item``: (created_at, internal id)."""
+    raw = f"{item.created_at.astimezone(dt.UTC).isoformat()}|{item.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[dt.datetime, int]:
+    """Undo ``encode_cursor``; raise InvalidInput for anything this API did not issue."""
+    bad = InvalidInput("page must be a next_page value returned by a previous list call")
+    if not isinstance(cursor, str) or not cursor or len(cursor) > 200 or not cursor.isascii():
+        raise bad
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, _, ident = raw.partition("|")
+        created_at = dt.datetime.fromisoformat(created)
+        internal_id = int(ident)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise bad
+    if created_at.tzinfo is None or not 0 < internal_id < 2**63 or not ident.isdigit():
+        raise bad
+    return created_at, internal_id
 
 
 class WireLane:
     """Mixed into WorkItemManager: the verbs the HTTP pull API calls."""
+
+    def _wire(self, name: str, params: dict) -> list[tuple]:
+        return sql.run(name, params, using=self.db, queries=WIRE)  # type: ignore[attr-defined]
+
+    def _wire_item(self, environment_id: str, work_id: str) -> Item:
+        return self._wire_lease(environment_id, work_id)[0]
+
+    def _wire_lease(self, environment_id: str, work_id: str) -> tuple[Item, int]:
+        """The item and the whole seconds left on its lease, by the database clock."""
+        rows = self._wire("wire_get", {"environment_id": environment_id, "work_id": work_id})
+        if not rows:
+            raise WorkNotFound(f"no work item {work_id!r} in environment {environment_id!r}")
+        return Item.from_row(rows[0]), rows[0][len(sql.ITEM_COLUMNS)]
+
+    # -- handing work out ---------------------------------------------------------------
+
+    def poll(
+        self,
+        environment_id: str,
+        *,
+        reclaim_older_than_ms: int = RESERVE_DEFAULT_MS,
+        worker_id: str | None = None,
+        block_ms: int | None = None,
+    ) -> PollResult:
+        """Reserve the best claimable wire item of the environment; ``item`` is None when idle.
+
+        The item stays queued, reserved for ``reclaim_older_than_ms``. With ``block_ms`` an
+        empty poll waits (outside any transaction) for an enqueue NOTIFY on a wire queue,
+        then tries once more.
+        """
+        if isinstance(reclaim_older_than_ms, bool) or not isinstance(reclaim_older_than_ms, int):
+            raise InvalidInput("reclaim_older_than_ms must be an integer number of milliseconds")
+        if not 1 <= reclaim_older_than_ms <= RESERVE_MAX_MS:
+            raise InvalidInput(f"reclaim_older_than_ms must be between 1 and {RESERVE_MAX_MS}")
+        if block_ms is not None and (
+            isinstance(block_ms, bool) or not isinstance(block_ms, int) or not 1 <= block_ms <= BLOCK_MAX_MS
+        ):
+            raise InvalidInput(f"block_ms must be an integer between 1 and {BLOCK_MAX_MS}")
+        if not block_ms:
+            return self._poll_once(environment_id, reclaim_older_than_ms, worker_id)
+        if transaction.get_connection(self.db).in_atomic_block:  # type: ignore[attr-defined]
+            raise transaction.TransactionManagementError(
+                "a blocking poll waits holding no transaction; call poll(block_ms=...) outside atomic()"
+            )
+        from workqueue.wire.wakeups import wakeups
+
+        deadline = time.monotonic() + block_ms / 1000
+        with wakeups().waiter() as woken:
+            result = self._poll_once(environment_id, reclaim_older_than_ms, worker_id)
+            if result.item is not None:
+                return result
+            if woken.wait(max(0.0, deadline - time.monotonic())):
+                again = self._poll_once(environment_id, reclaim_older_than_ms, worker_id)
+                again.finalized[:0] = result.finalized
+                again.exhausted[:0] = result.exhausted
+                return again
+        return result
+
+    def _poll_once(self, environment_id: str, reserve_ms: int, worker_id: str | None) -> PollResult:
+        settings = wq_settings()
+        capped = [settings.queue(q) for q in settings.wire_queues()]
+        capped = [c for c in capped if c.max_running is not None]
+        params = {
+            "environment_id": environment_id,
+            "reserve_s": reserve_ms / 1000,
+            "worker_id": worker_id or "",
+            "batch": settings.finalize_batch,
+            "full_queues": [],
+        }
+        result = PollResult()
+        with transaction.atomic(using=self.db, savepoint=False):  # type: ignore[attr-defined]
+            if capped:
+                names = [c.name for c in capped]
+                sql.run("queue_lock_caps", {"queues": names}, using=self.db)  # type: ignore[attr-defined]
+                full = self._wire("wire_full_queues", {"queues": names, "caps": [c.max_running for c in capped]})
+                params["full_queues"] = [r[0] for r in full]
+            for row in self._wire("wire_poll", params):
+                item = Item.from_row(row[1:])
+                if row[0] == "handed":
+                    result.item = item
+                elif row[0] == "finalized":
+                    result.finalized.append(item)
+                else:
+                    result.exhausted.append(item)
+            hooks.settled(result.exhausted, "attempts_exhausted")
+        return result
+
+    def record_poll(self, environment_id: str, worker_id: str) -> None:
+        """Note that ``worker_id`` polled the environment now (feeds ``workers_polling``)."""
+        self._wire(
+            "wire_record_poll",
+            {"environment_id": environment_id, "worker_id": worker_id, "window_s": wq_settings().polling_window},
+        )
+
+    # -- the holder's lifecycle ---------------------------------------------------------
+
+    def ack(self, environment_id: str, work_id: str) -> Item:
+        """Acknowledge a polled item: queued → starting under the startup lease.
+
+        Idempotent for a starting or active item (returned unchanged); a stopping or
+        stopped item is ``WorkConflict``.
+        """
+        rows = self._wire(
+            "wire_ack",
+            {"environment_id": environment_id, "work_id": work_id, "startup_s": wq_settings().startup_lease},
+        )
+        if rows:
+            return Item.from_row(rows[0])
+        item = self._wire_item(environment_id, work_id)
+        if item.state in ("starting", "active"):
+            return item
+        raise WorkConflict(f"work item {work_id!r} is {item.state}; only a queued item can be acknowledged")
+
+    def heartbeat(
+        self,
+        environment_id: str,
+        work_id: str,
+        expected_last_heartbeat: str,
+        desired_ttl_seconds: int | None = None,
+    ) -> Heartbeat:
+        """Extend the holder's lease if ``expected_last_heartbeat`` matches the server's.
+
+        ``NO_HEARTBEAT`` claims a starting item's lease and makes it active; later beats echo
+        the previous ``last_heartbeat``. A stopping or stopped item answers without extending
+        the lease (the worker winds down). Anything else refused is ``HeartbeatMismatch``
+        carrying the lease as the server holds it.
+        """
+        settings = wq_settings()
+        ttl = settings.heartbeat_ttl if desired_ttl_seconds is None else float(desired_ttl_seconds)
+        ttl = min(max(ttl, settings.heartbeat_ttl_min), settings.heartbeat_ttl_max)
+        claim = expected_last_heartbeat == NO_HEARTBEAT
+        expected = None if claim else parse_timestamp(expected_last_heartbeat)
+        if claim or expected is not None:
+            rows = self._wire(
+                "wire_heartbeat",
+                {
+                    "environment_id": environment_id,
+                    "work_id": work_id,
+                    "claim": claim,
+                    "expected": expected,
+                    "ttl_s": ttl,
+                },
+            )
+            if rows:
+                item = Item.from_row(rows[0])
+                return Heartbeat(item.last_heartbeat_at, True, item.state, math.ceil(ttl))
+        item, seconds_left = self._wire_lease(environment_id, work_id)
+        current = Heartbeat(item.last_heartbeat_at, False, item.state, seconds_left)
+        if item.state in ("stopping", "stopped"):
+            return current
+        if claim:
+            why = (
+                "NO_HEARTBEAT claims the lease of an acknowledged item that has not beaten yet; "
+                f"this item is {item.state}" + (" and already has a heartbeat" if item.last_heartbeat_at else "")
+            )
+        elif expected is None:
+            why = "expected_last_heartbeat is neither NO_HEARTBEAT nor an RFC 3339 timestamp"
+        elif item.state != "active":
+            why = f"this item is {item.state}; send NO_HEARTBEAT after ack to claim its lease"
+        else:
+            why = "expected_last_heartbeat does not match the server's last_heartbeat (another worker may hold it)"
+        raise HeartbeatMismatch(
+            current={
+                "last_heartbeat": current.last_heartbeat,
+                "lease_extended": False,
+                "state": current.state,
+                "ttl_seconds": current.ttl_seconds,
+            },
+            message=f"heartbeat refused: {why}",
+        )
+
+    def stop(self, environment_id: str, work_id: str, *, force: bool = False) -> Item:
+        """Stop an item: force → stopped; graceful: active → stopping, queued/starting → stopped."""
+        rows = self._wire("wire_stop", {"environment_id": environment_id, "work_id": work_id, "force": bool(force)})
+        if rows:
+            return Item.from_row(rows[0])
+        item = self._wire_item(environment_id, work_id)
+        if force:
+            raise WorkConflict(f"work item {work_id!r} is already stopped")
+        raise WorkConflict(
+            f"work item {work_id!r} is already {item.state}; a graceful stop applies to queued, starting or "
+            "active items (use force=true to stop a stopping item now)"
+        )
+
+    # -- reading and annotating ---------------------------------------------------------
+
+    def update_metadata(self, environment_id: str, work_id: str, patch: dict | None) -> Item:
+        """Merge ``patch`` into the item's metadata atomically: strings upsert, None deletes.
+
+        The caller validates the patch (``workqueue.wire.serializers.metadata_patch``); a
+        merge that would leave more than 16 keys is refused and changes nothing.
+        """
+        if not patch:
+            return self._wire_item(environment_id, work_id)
+        upserts = {k: v for k, v in patch.items() if v is not None}
+        deletes = [k for k, v in patch.items() if v is None]
+        rows = self._wire(
+            "wire_update_metadata",
+            {
+                "environment_id": environment_id,
+                "work_id": work_id,
+                "upserts": Jsonb(upserts),
+                "deletes": deletes,
+                "max_keys": METADATA_MAX_KEYS,
+            },
+        )
+        if rows:
+            return Item.from_row(rows[0])
+        item = self._wire_item(environment_id, work_id)
+        merged = {**item.metadata, **upserts}
+        for key in deletes:
+            merged.pop(key, None)
+        raise InvalidMetadata(
+            [f"the merged metadata would have {len(merged)} keys; at most {METADATA_MAX_KEYS} are allowed"]
+        )
+
+    def get_work(self, environment_id: str, work_id: str) -> Item:
+        """One wire-visible item by public id (``WorkNotFound`` otherwise).
+
+        Named ``get_work`` rather than ``get`` so the ORM's ``objects.get()`` keeps working.
+        """
+        return self._wire_item(environment_id, work_id)
+
+    def list_page(
+        self, environment_id: str, *, limit: int = LIST_DEFAULT_LIMIT, page: str | None = None
+    ) -> tuple[list[Item], str | None]:
+        """A page of the environment's wire items, newest first; return (items, next_page)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= LIST_MAX_LIMIT:
+            raise InvalidInput(f"limit must be an integer between 1 and {LIST_MAX_LIMIT}")
+        before = decode_cursor(page) if page else _FIRST_PAGE
+        items = _items(
+            self._wire(
+                "wire_list_page",
+                {
+                    "environment_id": environment_id,
+                    "before_created": before[0],
+                    "before_id": before[1],
+                    "limit": limit + 1,
+                },
+            )
+        )
+        if len(items) > limit:
+            return items[:limit], encode_cursor(items[limit - 1])
+        return items, None
+
+    def stats(self, environment_id: str) -> WorkStats:
+        """Depth, pending, oldest queued and workers polling for one environment (zeros if cloud)."""
+        rows = self._wire("wire_stats", {"environment_id": environment_id, "window_s": wq_settings().polling_window})
+        if not rows:
+            return WorkStats()
+        _env, depth, pending, oldest, polling = rows[0]
+        return WorkStats(depth, pending, oldest, polling)
+
+    def stats_all(self) -> dict[str, WorkStats]:
+        """``stats`` for every self_hosted environment at once (metrics), keyed by id."""
+        rows = self._wire("wire_stats", {"environment_id": None, "window_s": wq_settings().polling_window})
+        return {r[0]: WorkStats(r[1], r[2], r[3], r[4]) for r in rows}
+
+
+def parse_timestamp(text: object) -> dt.datetime | None:
+    """Parse an RFC 3339 timestamp with an offset; None when it is not one."""
+    if not isinstance(text, str) or not 10 <= len(text) <= 64 or not text.isascii():
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else None

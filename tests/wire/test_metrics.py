@@ -1,0 +1,44 @@
+"""/metrics: Prometheus text with the queue and environment gauges, read at scrape time."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.wire.helpers import enqueue
+from workqueue.models import Poller, WorkItem
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def scrape(http) -> dict[tuple[str, tuple], float]:
+    response = http.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def test_metrics_expose_queue_and_environment_gauges(http, sdk, env, cloud_env):
+    enqueue(env, 3)
+    enqueue(cloud_env, 2, prefix="cloud")
+    enqueue(None, 4, queue="test.noop", prefix="noop")
+    work = sdk(env.key).beta.environments.work
+    polled = work.poll(env.id, anthropic_worker_id="w1", reclaim_older_than_ms=60_000)
+    work.ack(polled.id, environment_id=env.id)
+    work.poll(env.id, anthropic_worker_id="w2", reclaim_older_than_ms=60_000)
+    WorkItem.objects.filter(key="noop_0").update(state="active", lease_expires_at="2000-01-01T00:00:00Z")
+
+    samples = scrape(http)
+    queue = lambda name, q: samples[(f"workqueue_queue_{name}", (("queue", q),))]  # noqa: E731
+    environment = lambda name, e: samples[(f"workqueue_environment_{name}", (("environment", e),))]  # noqa: E731
+    # test.wire: one wire item ready, one reserved, one acked; the cloud environment's two are ready.
+    assert (queue("depth", "test.wire"), queue("pending", "test.wire"), queue("running", "test.wire")) == (3, 1, 1)
+    assert (queue("depth", "test.noop"), queue("running", "test.noop"), queue("stuck", "test.noop")) == (3, 1, 1)
+    assert queue("depth", "test.capped") == 0  # every configured queue is reported, idle or not
+    assert (environment("depth", env.id), environment("pending", env.id)) == (1, 1)
+    assert environment("workers_polling", env.id) == Poller.objects.count() == 2
+    assert ("workqueue_environment_depth", (("environment", cloud_env.id),)) not in samples  # self_hosted only
