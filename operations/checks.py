@@ -33,9 +33,14 @@ def check_settings(app_configs=None, **kwargs):
             )
         )
     from workqueue.conf import wq_settings
+    from workqueue.exceptions import WorkqueueSettingsError
 
+    try:
+        wq = wq_settings()
+    except WorkqueueSettingsError:
+        return errors  # workqueue.E001 names the bad WORKQUEUE value
     for queue in conf.queues:
-        qconf = wq_settings().queue(queue)
+        qconf = wq.queue(queue)
         if qconf.over_wire:
             errors.append(
                 checks.Error(

@@ -2,7 +2,9 @@
 
 Everything on it is cheap enough for a tight loop: ``advance`` is an integer add. The buffer
 is flushed every ``progress_interval`` (by one flusher thread per process, and only when
-something changed), at every unit boundary, and with the final write when the run returns.
+something changed), at every unit boundary (by the flusher within a tick when the run is
+inside a transaction of its own, which a flush must not join), and with the final write
+when the run returns.
 A flush is one statement that writes progress, extends the lease of the operation and its
 work item, and brings back whether cancellation was requested and whether this worker still
 holds the operation. Nothing on the Reporter raises: a flush that fails is logged and counted.
@@ -118,6 +120,7 @@ class Reporter:
         self.flushes = 0
         self.flush_errors = 0
         self._closed = False
+        self.due = False  # a unit boundary is waiting for the flusher thread
 
     # -- what a run calls ---------------------------------------------------------------
 
@@ -132,14 +135,14 @@ class Reporter:
         """Name the unit now in progress (flushed at once)."""
         self._unit = _clip(str(name))
         self._version += 1
-        self.flush()
+        self._boundary()
 
     def finish_unit(self) -> None:
         """Record that the current unit is complete, raising the numerator (flushed at once)."""
         self._units_done += 1
         self._unit = ""
         self._version += 1
-        self.flush()
+        self._boundary()
 
     def advance(self, n: int = 1) -> None:
         """Add ``n`` to the monotonic count (negative values are ignored)."""
@@ -158,6 +161,20 @@ class Reporter:
     def is_cancelled(self) -> bool:
         """True once somebody asked this operation to stop (never blocks)."""
         return self.cancelled.is_set()
+
+    def _boundary(self) -> None:
+        # A unit boundary is flushed at once on the run's own connection, unless the run is
+        # inside a transaction of its own: a flush there would join it (the lease extension
+        # invisible to others until commit, the operation's row locked until then, and the
+        # flusher thread waiting on that lock while holding this reporter's lock, which the
+        # run's next boundary needs: a deadlock). The flusher thread writes it instead, within
+        # a tick.
+        from django.db import transaction
+
+        if transaction.get_connection(self.using).in_atomic_block:
+            self.due = True
+        else:
+            self.flush()
 
     # -- flushing -----------------------------------------------------------------------
 
@@ -180,6 +197,7 @@ class Reporter:
         with self._lock:
             if not self.held or self._closed:
                 return None
+            self.due = False
             mark = (self._count, self._version)
             params = {
                 **self.snapshot(),
@@ -258,7 +276,11 @@ class Flusher:
                         return
                 now = time.monotonic()
                 for reporter in reporters:
-                    if reporter.held and reporter.dirty() and now - reporter.last_flush >= reporter.interval:
+                    if (
+                        reporter.held
+                        and reporter.dirty()
+                        and (reporter.due or now - reporter.last_flush >= reporter.interval)
+                    ):
                         reporter.flush()
         finally:
             with self._lock:

@@ -136,12 +136,6 @@ class Watcher:
         """Follow ``op_id``; its current snapshot is delivered before this returns."""
         if self._closed:
             raise WatcherClosed()
-        with self._lock:
-            if len(self._subs) >= self.max_subscriptions:
-                raise TooManyWatchers(
-                    f"this process already follows {self.max_subscriptions} operations "
-                    "(OPERATIONS['WATCHER_MAX_SUBSCRIPTIONS']); retry later"
-                )
         current = store.get_many([op_id], using=self.using).get(op_id)
         if current is None or (owner is not None and current.owner != owner):
             raise OperationNotFound(f"operation {op_id!r} not found")
@@ -149,10 +143,13 @@ class Watcher:
         sub.revision = current.revision
         sub._offer(current, final=current.done)
         if current.done:
-            return sub
+            return sub  # a finished operation needs no following, so it takes no slot
         with self._lock:
             if len(self._subs) >= self.max_subscriptions:
-                raise TooManyWatchers()
+                raise TooManyWatchers(
+                    f"this process already follows {self.max_subscriptions} operations "
+                    "(OPERATIONS['WATCHER_MAX_SUBSCRIPTIONS']); retry later"
+                )
             self._subs.add(sub)
         self._ensure_running()
         return sub

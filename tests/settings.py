@@ -6,7 +6,7 @@ DATABASE_URL naming the test database, so they see exactly what the test wrote.
 """
 
 from project.settings import *  # noqa: F403
-from project.settings import INSTALLED_APPS, WORKQUEUE
+from project.settings import INSTALLED_APPS, OPERATIONS, WORKQUEUE
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp.apps.TestAppConfig"]
 
@@ -23,8 +23,12 @@ WORKQUEUE = {
         "test.other": {},
         "test.short": {"lease": 1.5},
         "test.stall": {"lease": 3, "stall": 1.0},
-        "test.timeout": {"lease": 30, "hard_timeout": 1},
+        "test.timeout": {"lease": 3, "hard_timeout": 1},
         "test.wire": {"over_wire": True, "max_attempts": 3},
+        "test.wire.capped": {"over_wire": True, "max_running": 2},
+        "test.wire.once": {"over_wire": True, "max_attempts": 1},
+        "test.holdonce": {"lease": 2, "max_attempts": 3},
+        "test.flaky": {"lease": 2, "retry_delay": 0.2, "retry_backoff": 1, "max_attempts": 10},
     },
     "POLL_INTERVAL": 1.0,
     "WORKER_HEARTBEAT": 1.0,
@@ -32,3 +36,23 @@ WORKQUEUE = {
 }
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Operations under test: a short lease (a killed worker's operation comes back in seconds),
+# flushes well inside it, retries at once, and recover treating 1 s as "stranded".
+OPERATIONS = {
+    **OPERATIONS,
+    "LEASE": 3,
+    "PROGRESS_INTERVAL": 0.5,
+    "RETRY_DELAY": 0,
+    "RECOVER_AFTER": 1,
+    "WATCHER_POLL": 1.0,
+}
+
+# The django.tasks backend under test: quick retries so retry tests finish in seconds.
+TASKS = {
+    "default": {
+        "BACKEND": "operations.task_backend.OperationsBackend",
+        "QUEUES": ["default", "emails"],
+        "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_DELAY": 0.2, "RETRY_BACKOFF": 1},
+    }
+}

@@ -54,9 +54,10 @@ SELECT began.*, {notify} FROM began;
 -- name: op_exhaust
 -- begin's other answer: an operation that could be taken but has spent its attempts is
 -- failed attempts_exhausted, carrying the last error, and its work item settled failed.
+-- retryable is true, as the runner records it: it would have been retried had attempts remained.
 WITH gone AS (
     UPDATE {table} AS o
-    SET state = 'failed', error_code = 'attempts_exhausted', error_retryable = false,
+    SET state = 'failed', error_code = 'attempts_exhausted', error_retryable = true,
         error_message = left(coalesce(nullif(o.error_message, ''),
                                       format('gave up after %%s attempts', o.attempts)), 1024),
         finished_at = now(), claimed_until = NULL, lease_token = NULL,
@@ -170,13 +171,17 @@ SELECT r.*, {notify} FROM r;
 
 
 -- name: op_cancel
--- Ask an operation to stop. Pending: cancelled outright (nothing started). Running: the flag
--- is set and the runner decides. A repeat on a running one changes nothing (no revision bump).
+-- Ask an operation to stop. Pending: cancelled outright (nothing started), and a retry's
+-- error is cleared, since that error is not how it ended. Running: the flag is set and the
+-- runner decides. A repeat on a running one changes nothing (no revision bump).
 -- Terminal: no row (the caller returns it unchanged). owner NULL means any owner.
 WITH c AS (
     UPDATE {table} AS o
     SET cancel_requested = true,
         state = CASE WHEN o.state = 'pending' THEN 'cancelled' ELSE o.state END,
+        error_code = CASE WHEN o.state = 'pending' THEN '' ELSE o.error_code END,
+        error_message = CASE WHEN o.state = 'pending' THEN '' ELSE o.error_message END,
+        error_retryable = CASE WHEN o.state = 'pending' THEN NULL ELSE o.error_retryable END,
         finished_at = CASE WHEN o.state = 'pending' THEN now() ELSE o.finished_at END,
         claimed_until = CASE WHEN o.state = 'pending' THEN NULL ELSE o.claimed_until END,
         updated_at = now(), revision = o.revision + 1
@@ -190,7 +195,8 @@ SELECT c.*, {notify} FROM c;
 -- name: op_settle_from_queue
 -- A queue rule settled these operations' work items by itself (attempts spent on a lapsed
 -- lease, hard timeout, cancel_key, force stop): settle the unfinished operations to match,
--- in the same transaction. An attempts_exhausted failure keeps the last error's message.
+-- in the same transaction. An attempts_exhausted failure keeps the last error's message and,
+-- like the runner's, is marked retryable (it would have been retried had attempts remained).
 WITH s AS (
     UPDATE {table} AS o
     SET state = %(state)s::text,
@@ -199,7 +205,8 @@ WITH s AS (
         error_message = left(CASE WHEN %(error_code)s::text = 'attempts_exhausted'
                                   THEN coalesce(nullif(o.error_message, ''), %(error_message)s::text)
                                   ELSE %(error_message)s::text END, 1024),
-        error_retryable = CASE WHEN %(error_code)s::text = '' THEN NULL ELSE false END,
+        error_retryable = CASE WHEN %(error_code)s::text = '' THEN NULL
+                               ELSE %(error_code)s::text = 'attempts_exhausted' END,
         finished_at = now(), claimed_until = NULL, lease_token = NULL,
         updated_at = now(), revision = o.revision + 1
     WHERE o.id = ANY(%(ids)s::text[]) AND o.state IN ('pending', 'running')

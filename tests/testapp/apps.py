@@ -7,4 +7,7 @@ class TestAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from tests.testapp import handlers  # noqa: F401
+        from tests.testapp import (
+            handlers,  # noqa: F401
+            kinds,  # noqa: F401  (operation kinds for tests/operations)
+        )

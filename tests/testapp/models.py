@@ -18,3 +18,20 @@ class Sample(models.Model):
     name = models.CharField(max_length=64)
     value = models.IntegerField()
     at = models.DateTimeField(auto_now_add=True)
+
+
+class OperationRun(models.Model):
+    """What an operation's run saw, written from inside the run (tests/testapp/kinds.py).
+
+    ``event`` is ``began`` when the run starts and ``returned`` just before it returns
+    normally; ``attempt`` and ``final`` are the run's ``reporter.attempt``; ``pid`` is the
+    process that ran it.
+    """
+
+    op_id = models.CharField(max_length=200)
+    kind = models.CharField(max_length=128)
+    event = models.CharField(max_length=16)
+    attempt = models.IntegerField()
+    final = models.BooleanField()
+    pid = models.IntegerField()
+    at = models.DateTimeField(auto_now_add=True)

@@ -1,0 +1,66 @@
+"""The OPERATIONS setting: documented defaults, bad values named, checked by ``manage.py check``."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from operations.conf import DEFAULTS, OperationsSettings, ops_settings, table_name
+from operations.exceptions import OperationsSettingsError
+
+
+def test_defaults_are_the_documented_ones():
+    conf = OperationsSettings({})
+    assert (conf.lease, conf.progress_interval, conf.retry_delay, conf.max_attempts) == (120.0, 2.0, 30.0, 5)
+    assert (conf.retention, conf.reap_batch, conf.recover_after, conf.recover_batch) == (30 * 86400.0, 1000, 60.0, 200)
+    assert (conf.watcher_poll, conf.watcher_min_read_interval, conf.watcher_max_subscriptions) == (2.0, 0.25, 1024)
+    assert (conf.queue, conf.table) == ("operations", "operations")
+    assert "operations" in conf.queues  # plus the django.tasks backend's queues, when configured
+
+
+def test_the_test_settings_shorten_the_lease():
+    conf = ops_settings()
+    assert (conf.lease, conf.progress_interval, conf.retry_delay, conf.recover_after) == (3.0, 0.5, 0.0, 1.0)
+
+
+def test_durations_take_timedeltas_and_a_prefix_names_the_table():
+    conf = OperationsSettings({"LEASE": dt.timedelta(minutes=5), "TABLE_PREFIX": "ddb"})
+    assert conf.lease == 300.0 and conf.table == table_name("ddb") == "ddb_operations"
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        ({"LEASE": 0}, "LEASE"),
+        ({"LEASE": "2m"}, "LEASE"),
+        ({"MAX_ATTEMPTS": 0}, "never unlimited"),
+        ({"MAX_ATTEMPTS": None}, "MAX_ATTEMPTS"),
+        ({"PROGRESS_INTERVAL": 120}, "shorter than"),
+        ({"PROGRESS_INTERVAL": 5, "LEASE": 5}, "shorter than"),
+        ({"TABLE_PREFIX": "Bad-Prefix"}, "TABLE_PREFIX"),
+        ({"NOTIFY_CHANNEL": "no spaces"}, "NOTIFY_CHANNEL"),
+        ({"QUEUES": "operations"}, "QUEUES"),
+        ({"RETRY_DELAY": -1}, "RETRY_DELAY"),
+        ({"LAESE": 3}, "unknown key"),
+        ([], "must be a dict"),
+    ],
+)
+def test_bad_values_are_refused_by_name(raw, match):
+    with pytest.raises(OperationsSettingsError, match=match):
+        OperationsSettings(raw)
+
+
+def test_every_default_key_is_accepted():
+    OperationsSettings(dict(DEFAULTS))
+
+
+def test_manage_py_check_names_a_bad_value():
+    with (
+        override_settings(OPERATIONS={"LEASE": 2, "PROGRESS_INTERVAL": 5}),
+        pytest.raises(SystemCheckError, match=r"operations\.E001.*PROGRESS_INTERVAL"),
+    ):
+        call_command("check", "--fail-level", "ERROR")

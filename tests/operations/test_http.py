@@ -1,0 +1,321 @@
+"""The HTTP surface at /api/: list, get, cancel (both spellings), watch (SSE), owner-scoped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client, override_settings
+
+import operations
+from operations.models import Operation
+from tests.operations.conftest import in_thread, op_row, run_next
+from tests.testapp.models import OperationRun
+
+pytestmark = pytest.mark.django_db
+
+SHAPE = {
+    "id",
+    "kind",
+    "state",
+    "done",
+    "owner",
+    "progress",
+    "result",
+    "error",
+    "attempts",
+    "cancelRequested",
+    "revision",
+    "createdAt",
+    "updatedAt",
+    "startedAt",
+    "finishedAt",
+}
+SECRET = "s3cr3t-request-value"
+
+
+@pytest.fixture
+def user():
+    return get_user_model().objects.create_user("ada")
+
+
+@pytest.fixture
+def client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def other_client() -> Client:
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("bob"))
+    return client
+
+
+def start_for(user, kind: str = "test.ops.count", request=None, **options):
+    return operations.start(kind, request if request is not None else {"secret": SECRET}, owner=str(user.pk), **options)
+
+
+def assert_error(response, status: int, kind: str) -> dict:
+    assert response.status_code == status, response.content
+    body = response.json()
+    assert body["type"] == "error" and body["error"]["type"] == kind and body["error"]["message"]
+    return body
+
+
+def sse_events(response) -> list[tuple[str, str | None, str]]:
+    """Read a whole event stream: [(event, id, data), ...] (keep-alive comments skipped)."""
+    text = b"".join(response.streaming_content).decode()
+    events = []
+    for block in text.split("\n\n"):
+        if not block or block.startswith(":"):
+            continue
+        fields = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((fields["event"], fields.get("id"), fields["data"]))
+    return events
+
+
+def test_get_renders_the_operation_without_its_request(client, user):
+    op = start_for(user)
+    response = client.get(f"/api/operations/{op.id}")
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == SHAPE
+    assert (body["id"], body["kind"], body["state"], body["done"], body["owner"]) == (
+        op.id,
+        "test.ops.count",
+        "pending",
+        False,
+        str(user.pk),
+    )
+    assert body["progress"] == {
+        "unitsTotal": None,
+        "unitsDone": 0,
+        "unit": "",
+        "message": "",
+        "countLabel": "records",
+        "count": 0,
+    }
+    assert body["result"] is None and body["error"] is None and body["startedAt"] is None
+    assert body["createdAt"].endswith("Z")
+    assert SECRET not in response.content.decode()
+
+
+def test_list_is_owner_scoped_and_never_renders_requests(client, other_client, user):
+    mine = [start_for(user).id for _ in range(3)]
+    other_client.get("/api/operations")  # bob has none
+    theirs = operations.start("test.ops.count", {"secret": SECRET}, owner="someone-else")
+    response = client.get("/api/operations")
+    assert response.status_code == 200
+    body = response.json()
+    assert [o["id"] for o in body["operations"]] == list(reversed(mine))
+    assert theirs.id not in response.content.decode() and SECRET not in response.content.decode()
+    assert body["nextPageToken"] is None
+    assert other_client.get("/api/operations").json()["operations"] == []
+
+
+def test_list_pages_by_keyset_and_filters_by_kind_and_state(client, user):
+    ids = [start_for(user).id for _ in range(5)]
+    start_for(user, "test.ops.tiers", {})
+    operations.cancel(ids[0])
+    seen, token = [], ""
+    while True:
+        body = client.get("/api/operations", {"kind": "test.ops.count", "page_size": 2, "page_token": token}).json()
+        seen += [o["id"] for o in body["operations"]]
+        token = body["nextPageToken"]
+        if not token:
+            break
+    assert seen == list(reversed(ids))
+    cancelled = client.get("/api/operations", {"state": "cancelled"}).json()["operations"]
+    assert [o["id"] for o in cancelled] == [ids[0]]
+    both = client.get("/api/operations?state=cancelled,pending").json()["operations"]
+    assert len(both) == 6
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"page_size": "0"},
+        {"page_size": "ten"},
+        {"page_size": "100000"},
+        {"state": "bogus"},
+        {"state": "pending,nope"},
+        {"page_token": "garbage!"},
+    ],
+)
+def test_bad_list_arguments_are_400_in_the_error_envelope(client, user, query):
+    start_for(user)
+    assert_error(client.get("/api/operations", query), 400, "invalid_request_error")
+
+
+def test_anonymous_requests_are_401_everywhere():
+    anonymous = Client()
+    op = operations.start("test.ops.count", {}, owner="7")
+    for response in (
+        anonymous.get("/api/operations"),
+        anonymous.get(f"/api/operations/{op.id}"),
+        anonymous.post(f"/api/operations/{op.id}:cancel"),
+        anonymous.post(f"/api/operations/{op.id}/cancel"),
+        anonymous.get(f"/api/operations/{op.id}/watch"),
+    ):
+        assert_error(response, 401, "authentication_error")
+    assert op_row(op.id).state == "pending"
+
+
+def test_another_users_operation_is_404_and_untouched(client, other_client, user):
+    op = start_for(user)
+    for response in (
+        other_client.get(f"/api/operations/{op.id}"),
+        other_client.post(f"/api/operations/{op.id}:cancel"),
+        other_client.post(f"/api/operations/{op.id}/cancel"),
+        other_client.get(f"/api/operations/{op.id}/watch"),
+        client.get("/api/operations/op_missing"),
+    ):
+        assert_error(response, 404, "not_found_error")
+    row = op_row(op.id)
+    assert (row.state, row.cancel_requested) == ("pending", False)
+
+
+def owner_from_header(request):
+    return request.headers.get("X-Owner")
+
+
+@override_settings(
+    OPERATIONS={"LEASE": 3, "PROGRESS_INTERVAL": 0.5, "OWNER_RESOLVER": "tests.operations.test_http.owner_from_header"}
+)
+def test_the_owner_resolver_is_configurable_and_an_empty_owner_is_401():
+    op = operations.start("test.ops.count", {}, owner="tenant-1")
+    assert Client(headers={"X-Owner": "tenant-1"}).get(f"/api/operations/{op.id}").json()["id"] == op.id
+    assert_error(Client(headers={"X-Owner": "tenant-2"}).get(f"/api/operations/{op.id}"), 404, "not_found_error")
+    assert_error(Client(headers={"X-Owner": ""}).get("/api/operations"), 401, "authentication_error")
+    assert_error(Client().get("/api/operations"), 401, "authentication_error")
+
+
+@pytest.mark.parametrize("path", ["{id}:cancel", "{id}/cancel"])
+def test_cancel_by_either_path_cancels_a_pending_operation(client, user, path):
+    op = start_for(user)
+    response = client.post("/api/operations/" + path.format(id=op.id))
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["state"], body["done"], body["cancelRequested"]) == ("cancelled", True, True)
+    assert SECRET not in response.content.decode()
+    again = client.post("/api/operations/" + path.format(id=op.id)).json()
+    assert (again["state"], again["revision"]) == ("cancelled", body["revision"])  # terminal: unchanged
+
+
+def test_methods_are_checked(client, user):
+    op = start_for(user)
+    assert_error(client.get(f"/api/operations/{op.id}:cancel"), 405, "invalid_request_error")
+    assert_error(client.post(f"/api/operations/{op.id}"), 405, "invalid_request_error")
+    assert client.get(f"/api/operations/{op.id}/cancel").status_code == 405
+    assert client.post("/api/operations").status_code == 405
+    assert op_row(op.id).state == "pending"
+
+
+def test_cancel_keeps_djangos_csrf_check_under_session_auth(user):
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(user)
+    op = start_for(user)
+    assert strict.post(f"/api/operations/{op.id}:cancel").status_code == 403
+    assert strict.post(f"/api/operations/{op.id}/cancel").status_code == 403
+    assert op_row(op.id).state == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watch_streams_snapshots_and_ends_with_the_terminal_one(client, user):
+    op = start_for(user, "test.ops.tiers", {"units": 3, "per_unit": 10, "pause": 0.3})
+    worker = in_thread(run_next)
+    response = client.get(f"/api/operations/{op.id}/watch")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/event-stream")
+    assert response["Cache-Control"] == "no-cache"
+    events = sse_events(response)
+    worker.join(10)
+    assert {event for event, _id, _data in events} == {"operation"}
+    snapshots = [json.loads(data) for _event, _id, data in events]
+    assert [int(event_id) for _e, event_id, _d in events] == [s["revision"] for s in snapshots]
+    revisions = [s["revision"] for s in snapshots]
+    assert revisions == sorted(set(revisions))
+    assert snapshots[0]["state"] in ("pending", "running")
+    assert snapshots[-1]["state"] == "succeeded" and snapshots[-1]["done"] is True
+    assert snapshots[-1]["progress"]["unitsDone"] == 3
+    assert all(set(s) == SHAPE for s in snapshots)
+    assert all("request" not in data and SECRET not in data for _e, _i, data in events)
+    assert OperationRun.objects.filter(op_id=op.id, event="returned").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watching_a_finished_operation_sends_its_terminal_snapshot_and_closes(client, user):
+    op = start_for(user)
+    operations.cancel(op.id)
+    events = sse_events(client.get(f"/api/operations/{op.id}/watch"))
+    assert len(events) == 1
+    event, event_id, data = events[0]
+    assert event == "operation" and json.loads(data)["state"] == "cancelled"
+    assert int(event_id) == op_row(op.id).revision
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watching_a_reaped_operation_ends_with_gone(client, user):
+    op = start_for(user)
+    response = client.get(f"/api/operations/{op.id}/watch")
+    stream = iter(response.streaming_content)
+    first = next(stream).decode()
+    assert first.startswith("event: operation\n")
+    Operation.objects.filter(pk=op.id).delete()
+    rest = b"".join(stream).decode()
+    assert rest == "event: gone\ndata: {}\n\n"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_too_many_watchers_is_503_with_retry_after(client, user):
+    ops = [start_for(user) for _ in range(2)]
+    with override_settings(OPERATIONS={"LEASE": 3, "PROGRESS_INTERVAL": 0.5, "WATCHER_MAX_SUBSCRIPTIONS": 1}):
+        held = client.get(f"/api/operations/{ops[0].id}/watch")
+        assert held.status_code == 200
+        next(iter(held.streaming_content))  # the stream is open and following
+        refused = client.get(f"/api/operations/{ops[1].id}/watch")
+        assert_error(refused, 503, "overloaded_error")
+        assert refused["Retry-After"]
+        held.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_watch_stream_sends_keepalive_comments_until_the_end(client, user):
+    with override_settings(OPERATIONS={"LEASE": 3, "PROGRESS_INTERVAL": 0.5, "SSE_KEEPALIVE": 0.1}):
+        op = start_for(user)
+        response = client.get(f"/api/operations/{op.id}/watch")
+        stream = iter(response.streaming_content)
+        assert next(stream).startswith(b"event: operation\n")
+        assert next(stream) == b":\n\n"  # nothing changed: a comment keeps proxies from closing it
+        operations.cancel(op.id)
+        rest = b"".join(stream).decode()
+    *comments, last = [block for block in rest.split("\n\n") if block]
+    assert set(comments) <= {":"}
+    assert last.startswith("event: operation\n") and '"state":"cancelled"' in last
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watch_over_a_real_server_streams_until_the_worker_finishes(live_server, client, user):
+    import httpx
+
+    from tests.operations.conftest import InlineWorker
+
+    op = start_for(user, "test.ops.tiers", {"units": 3, "per_unit": 10, "pause": 0.2})
+    cookies = {name: morsel.value for name, morsel in client.cookies.items()}
+    events = []
+    with InlineWorker("live"), httpx.Client(base_url=live_server.url, cookies=cookies, timeout=30) as http:
+        assert http.get(f"/api/operations/{op.id}").json()["id"] == op.id
+        with http.stream("GET", f"/api/operations/{op.id}/watch") as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line.removeprefix("data: ")))
+        cancelled = http.post(f"/api/operations/{op.id}/cancel")  # no CSRF token: refused
+        assert cancelled.status_code == 403
+    assert events[-1]["state"] == "succeeded" and events[-1]["progress"]["unitsDone"] == 3
+    assert [e["revision"] for e in events] == sorted({e["revision"] for e in events})
+    assert op_row(op.id).worker_id == "live"

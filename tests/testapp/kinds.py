@@ -1,0 +1,203 @@
+"""Operation kinds for the operations tests, one named behaviour each (requests are dicts).
+
+- test.ops.tiers: both progress tiers: ``units`` units of ``per_unit`` advances each (plus a
+  negative advance that must be ignored), ``pause`` seconds inside each unit.
+- test.ops.count: the count tier only (no total): ``steps`` advances of ``per_step``.
+- test.ops.hold: ticks (advance 1 every 50 ms) for up to ``seconds``; stops cleanly when
+  cancelled unless ``honour_cancel`` is false (then it never looks and runs to the end).
+- test.ops.takeover: attempt 1 ticks until its process is killed (or it loses the
+  operation); any later attempt succeeds. max_attempts 2, so attempt 2 is final.
+- test.ops.fail: always ``Fail("upstream_down")`` (retried; max_attempts 3).
+- test.ops.atomic: two units, each inside the run's own transaction.atomic() (progress calls
+  included), each longer than a progress interval.
+- test.ops.partial: finishes 2 of 3 units (10 rows each), then fails (retried; max_attempts 2).
+- test.ops.unretryable: ``Unretryable(Fail("no_such_subject"))``.
+- test.ops.crash: raises RuntimeError (recorded under ``internal``; max_attempts 2).
+- test.ops.bigresult: returns a result detail over 16 KiB.
+- test.ops.chatty: says 2000 characters, then fails for good with a 3000-character message.
+- test.ops.typed: takes a TypedRequest dataclass.
+- test.ops.chaos.quick / .slow / .doomed / .flaky: the chaos test's mix.
+
+Every run records an OperationRun ``began`` row before it starts and a ``returned`` row when
+it returns normally (not when it raises), so tests can see what each attempt saw.
+"""
+
+import os
+import time
+from dataclasses import dataclass
+
+from django.db import transaction
+
+import operations
+from tests.testapp.models import OperationRun, Sample
+
+
+def record(reporter, kind: str, event: str) -> None:
+    attempt = reporter.attempt
+    OperationRun.objects.create(
+        op_id=attempt.id, kind=kind, event=event, attempt=attempt.number, final=attempt.final, pid=os.getpid()
+    )
+
+
+def kind(name: str, **options):
+    """Register ``fn`` as ``name``, recording ``began`` before it and ``returned`` after it."""
+
+    def add(fn):
+        def run(request, reporter):
+            record(reporter, name, "began")
+            result = fn(request, reporter)
+            record(reporter, name, "returned")
+            return result
+
+        run.__name__ = run.__qualname__ = fn.__name__
+        run.__module__ = fn.__module__
+        operations.register(name, run, **options)
+        return fn
+
+    return add
+
+
+@kind("test.ops.tiers", count_label="rows")
+def tiers(request, reporter):
+    units = int(request.get("units", 3))
+    per_unit = int(request.get("per_unit", 100))
+    pause = float(request.get("pause", 0))
+    reporter.set_units(units)
+    for n in range(1, units + 1):
+        reporter.start_unit(f"unit-{n}")
+        reporter.say("working on unit %d of %d", n, units)
+        for _ in range(per_unit):
+            reporter.advance(1)
+        reporter.advance(-50)  # ignored: the count is monotonic
+        if pause:
+            time.sleep(pause)
+        reporter.finish_unit()
+    return operations.Result(uri=f"memory://tiers/{reporter.attempt.id}", detail={"units": units})
+
+
+@kind("test.ops.count", count_label="records")
+def count(request, reporter):
+    for _ in range(int(request.get("steps", 5))):
+        reporter.advance(int(request.get("per_step", 1000)))
+        time.sleep(float(request.get("pause", 0)))
+    return None
+
+
+@kind("test.ops.hold", count_label="ticks")
+def hold(request, reporter):
+    honour = request.get("honour_cancel", True)
+    deadline = time.monotonic() + float(request.get("seconds", 30))
+    while time.monotonic() < deadline:
+        if honour and reporter.is_cancelled():
+            return {"stopped": "cancelled"}
+        reporter.advance(1)
+        time.sleep(0.05)
+    return {"stopped": "deadline"}
+
+
+@kind("test.ops.takeover", count_label="ticks", max_attempts=2)
+def takeover(request, reporter):
+    if reporter.attempt.number == 1:
+        while not reporter.is_cancelled():
+            reporter.advance(1)
+            time.sleep(0.05)
+        return None
+    return {"attempt": reporter.attempt.number}
+
+
+@kind("test.ops.fail", max_attempts=3)
+def fail(request, reporter):
+    raise operations.Fail("upstream_down", "the upstream was down on attempt %d", reporter.attempt.number)
+
+
+@kind("test.ops.atomic", count_label="rows")
+def atomic_units(request, reporter):
+    # Each unit's own writes and its progress calls inside one transaction of the run's.
+    reporter.set_units(2)
+    for n in range(2):
+        with transaction.atomic():
+            reporter.start_unit(f"unit-{n + 1}")
+            for _ in range(8):
+                reporter.advance(1)
+                time.sleep(0.1)  # longer than a progress interval: the flusher wants in
+            Sample.objects.create(name=f"atomic:{reporter.attempt.id}", value=n)
+            reporter.finish_unit()
+    return {"units": 2}
+
+
+@kind("test.ops.partial", count_label="rows", max_attempts=2)
+def partial(request, reporter):
+    reporter.set_units(3)
+    for n in range(2):
+        reporter.start_unit(f"unit-{n + 1}")
+        reporter.advance(10)
+        reporter.finish_unit()
+    raise operations.Fail("partial", "gave up after two of three units on attempt %d", reporter.attempt.number)
+
+
+@kind("test.ops.unretryable")
+def unretryable(request, reporter):
+    raise operations.Unretryable(
+        operations.Fail("no_such_subject", "subject %s does not exist", request.get("subject", "?"))
+    )
+
+
+@kind("test.ops.crash", max_attempts=2)
+def crash(request, reporter):
+    raise RuntimeError(f"kaboom on attempt {reporter.attempt.number}")
+
+
+@kind("test.ops.bigresult")
+def bigresult(request, reporter):
+    return {"blob": "x" * (17 * 1024)}
+
+
+@kind("test.ops.chatty")
+def chatty(request, reporter):
+    reporter.say("m" * 2000)
+    raise operations.Unretryable(operations.Fail("too_chatty", "e" * 3000))
+
+
+@dataclass
+class TypedRequest:
+    name: str
+    size: int = 1
+
+
+@kind("test.ops.typed", request_type=TypedRequest)
+def typed(request: TypedRequest, reporter):
+    return {"type": type(request).__name__, "name": request.name, "size": request.size}
+
+
+# -- the chaos mix --------------------------------------------------------------------
+
+
+@kind("test.ops.chaos.quick", max_attempts=10)
+def chaos_quick(request, reporter):
+    reporter.advance(1)
+    return {"ok": True}
+
+
+@kind("test.ops.chaos.slow", count_label="rows", max_attempts=10)
+def chaos_slow(request, reporter):
+    units = int(request.get("units", 4))
+    reporter.set_units(units)
+    for n in range(units):
+        reporter.start_unit(f"part-{n}")
+        for _ in range(5):
+            reporter.advance(10)
+            time.sleep(float(request.get("pause", 0.05)))
+        reporter.finish_unit()
+    return {"units": units}
+
+
+@kind("test.ops.chaos.doomed", max_attempts=10)
+def chaos_doomed(request, reporter):
+    raise operations.Unretryable(operations.Fail("doomed", "this one never works"))
+
+
+@kind("test.ops.chaos.flaky", max_attempts=10)
+def chaos_flaky(request, reporter):
+    if reporter.attempt.number == 1:
+        raise operations.Fail("flaky", "first attempts always fail")
+    return {"attempt": reporter.attempt.number}
