@@ -21,7 +21,8 @@ from operations.conf import ops_settings
 from operations.exceptions import DuplicateOperation, InvalidRequest, OperationNotFound
 from operations.models import TERMINAL_STATES, Operation, State
 from operations.registry import registry
-from workqueue.conf import QUEUE_NAME
+from workqueue.conf import QUEUE_NAME, wq_settings
+from workqueue.managers import _aware, _seconds
 from workqueue.models import WorkItem
 
 MAX_ID_LENGTH = 200
@@ -55,6 +56,9 @@ def start(
 ) -> Operation:
     """Record a pending operation of ``kind`` and enqueue it; return it (``.created`` tells).
 
+    One statement writes the operation and its work item, inside the caller's
+    ``transaction.atomic()`` when there is one.
+
     With ``id=``, a second start with the same id returns the existing operation (or raises
     ``DuplicateOperation`` when ``raise_on_duplicate``); one owned by somebody else, or of
     another kind, always raises ``DuplicateOperation``.
@@ -81,36 +85,28 @@ def start(
     ):
         raise InvalidRequest(f"max_attempts must be an integer >= 1, not {max_attempts!r} (never unlimited)")
     max_attempts = max_attempts or definition.max_attempts or conf.max_attempts
-    with transaction.atomic(using=using, savepoint=False):
-        rows = store.run(
-            "op_insert",
-            {
-                "id": op_id,
-                "kind": kind,
-                "owner": owner,
-                "queue": queue,
-                "priority": priority,
-                "request": Jsonb(payload),
-                "count_label": definition.count_label,
-                "max_attempts": max_attempts,
-            },
-            using=using,
-        )
-        if rows:
-            op = store.first_operation(rows, using=using)
-            WorkItem.objects.db_manager(using).enqueue(
-                queue,
-                op_id,
-                priority=priority,
-                delay=delay,
-                run_after=run_after,
-                max_attempts=max_attempts,
-                attempts=0,
-            )
-            op.created = True
-            return op
-    # A duplicate wrote nothing. Raise outside the atomic block: an exception leaving a
-    # savepoint-less block would mark the caller's transaction for rollback.
+    rows = store.run(
+        "op_start",
+        {
+            "id": op_id,
+            "kind": kind,
+            "owner": owner,
+            "queue": queue,
+            "priority": priority,
+            "request": Jsonb(payload),
+            "count_label": definition.count_label,
+            "max_attempts": max_attempts,
+            "delay": _seconds(delay, "delay"),
+            "run_after": _aware(run_after),
+            "queue_channel": wq_settings().notify_channel,
+        },
+        using=using,
+    )
+    if rows:
+        op = store.first_operation(rows, using=using)
+        op.created = True
+        return op
+    # A duplicate wrote nothing (and left the caller's transaction usable).
     existing = Operation.objects.using(using).get(pk=op_id)
     if existing.owner != owner or existing.kind != kind:
         raise DuplicateOperation(

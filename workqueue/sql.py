@@ -15,6 +15,9 @@ from pathlib import Path
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
+from psycopg.pq import ExecStatus
+
+_TUPLES_OK = ExecStatus.TUPLES_OK
 
 _NAME = re.compile(r"^-- name: ([a-z0-9_]+)\s*$", re.M)
 
@@ -115,7 +118,9 @@ def run(name: str, params: dict | None = None, *, using: str = DEFAULT_DB_ALIAS,
     """Run the statement called ``name`` and return its rows ([] when it returns none)."""
     with _cursor(using) as cur:
         cur.execute(queries[name], params or {})
-        return cur.fetchall() if cur.description is not None else []
+        # Ask the result's status, not cursor.description (which builds a Column per column).
+        result = cur.cursor.pgresult
+        return cur.fetchall() if result is not None and result.status == _TUPLES_OK else []
 
 
 def rowcount(name: str, params: dict | None = None, *, using: str = DEFAULT_DB_ALIAS, queries=QUERIES) -> int:

@@ -7,9 +7,12 @@
 -- the item's lease_expires_at move together, and the item's lease proof is the row's.
 
 
--- name: op_insert
--- Record a pending operation. ON CONFLICT DO NOTHING keeps the caller's transaction alive
--- on a duplicate id; the caller then reads the existing row.
+-- name: op_start
+-- Record a pending operation and its work item in one statement (the caller's transaction,
+-- or its own). ON CONFLICT DO NOTHING keeps the caller's transaction alive on a duplicate
+-- id: nothing is written and the caller reads the existing row. The work item is what
+-- workqueue's item_enqueue would insert for it (keep the two in step): never a wire item
+-- (operations queues are not over_wire, a check says so), and idle workers are woken at commit.
 WITH ins AS (
     INSERT INTO {table} AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
                               created_at, updated_at)
@@ -17,8 +20,20 @@ WITH ins AS (
             %(max_attempts)s, now(), now())
     ON CONFLICT (id) DO NOTHING
     RETURNING {op}
+),
+item AS (
+    INSERT INTO work_items AS w (
+        public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
+        metadata, trace_context, wire, reclaimed, handed_out, created_at
+    )
+    SELECT work_mint_id('work_'), ins.queue, ins.id, NULL, 'queued', ins.priority,
+           coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, ins.max_attempts,
+           '{}'::jsonb, NULL, false, false, false, now()
+    FROM ins
+    ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active') DO NOTHING
+    RETURNING pg_notify(%(queue_channel)s::text, w.queue)
 )
-SELECT ins.*, {notify} FROM ins;
+SELECT ins.*, (SELECT count(*) FROM item) AS enqueued, {notify} FROM ins;
 
 
 -- name: op_get_many
