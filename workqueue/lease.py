@@ -138,20 +138,20 @@ class LeaseKeeper:
             if hold.cancelled.is_set() and hold.reason in ("stalled", "lease_lost"):
                 continue
             if hold.stall is not None and now - hold.last_progress > hold.stall:
-                log.warning("%r stalled: no progress for %.0fs; releasing its lease", hold.item, hold.stall)
+                log.warning("%r stalled: no progress for %gs; no longer renewing its lease", hold.item, hold.stall)
                 self.stalled += 1
                 hold.cancel("stalled")
                 self.drop(hold)
                 continue
             if now >= hold.next_renewal:
-                due.append(hold)
+                if now >= hold.deadline:
+                    # Only this one: the others still have lease left to renew within.
+                    self._lost(hold, "the lease ran out before it could be renewed")
+                else:
+                    due.append(hold)
         if not due:
             return
         budget = min(h.deadline for h in due) - now
-        if budget <= 0:
-            for hold in due:
-                self._lost(hold, "the lease ran out before it could be renewed")
-            return
         started = time.monotonic()
         try:
             with transaction.atomic(using=self.using):
@@ -172,15 +172,23 @@ class LeaseKeeper:
             return
         self.renewals += 1
         for hold in due:
-            expiry = renewed.get(hold.item.id)
-            if expiry is None:
+            if hold.item.id not in renewed:
                 self._lost(hold, "the proof no longer matches")
+                continue
+            expiry = renewed[hold.item.id]
+            if expiry is None:
+                # Its row is locked by another transaction (its own handler's, usually):
+                # try again shortly; the lease runs out on its own if the lock outlives it.
+                hold.next_renewal = time.monotonic() + min(1.0, hold.lease / 10)
             else:
                 hold.item.lease_expires_at = expiry
                 hold.deadline = started + hold.lease
                 hold.next_renewal = started + hold.lease / 3
 
     def _lost(self, hold: Hold, why: str) -> None:
+        with self._lock:
+            if self._holds.get(hold.item.id) is not hold:
+                return  # dropped meanwhile: its holder settled it or handed it on
         log.warning("%r lost its lease: %s", hold.item, why)
         self.lost += 1
         if self.first_failure is None:

@@ -376,6 +376,14 @@ class Worker:
         finally:
             with self._lock:
                 self._running.pop(item.id, None)
+        if outcome == "complete" and not ctx.settled and ctx.cancelled.is_set():
+            # A handler that returns after it was cancelled has stopped, not finished. Leave
+            # the item as the cancellation left it (released at shutdown, reclaimable after a
+            # stall, someone else's after a lost lease) instead of marking it succeeded.
+            reason = (hold.reason if hold is not None else None) or "cancelled"
+            log.warning("%r returned after it was cancelled (%s); not settled", item, reason)
+            self._finished(item, hold, ok=False)
+            return
         if outcome == "complete" and not ctx.settled:
             with self._settle_cv:
                 self._settle.append((item, hold))
@@ -478,13 +486,15 @@ class Worker:
         with self._lock:
             leftover = list(self._running.values())
         if leftover:
-            log.warning("grace period over: cancelling and releasing %d running item(s)", len(leftover))
+            log.warning("grace period over: releasing %d running item(s)", len(leftover))
+            # Release first, then cancel: once the proofs are revoked nothing the handlers
+            # do on their way out can settle the items.
+            self._release([ctx.item for ctx in leftover], "shutdown")
             for ctx in leftover:
                 if ctx._hold is not None:
                     ctx._hold.cancel("shutdown")
                 else:
                     ctx.cancelled.set()
-            self._release([ctx.item for ctx in leftover], "shutdown")
         for _ in self._threads:
             self._runq.put(None)
         with self._settle_cv:

@@ -6,9 +6,15 @@
 - test.fail: always raises.
 - test.hang: waits until cancelled (or metadata["seconds"]), then returns.
 - test.crash: kills its own process with SIGKILL (a poison item).
-- test.capped: samples how many test.capped items are held, sleeps a little, records.
-- test.short / test.stall: sleep metadata["seconds"] (default 0.5) reporting progress unless
-  metadata["progress"] == "no".
+- test.capped: samples how many test.capped items are held, waits for a Sample named
+  metadata["until"] when given (the test decides when the cap frees up), sleeps
+  metadata["seconds"] (default 0.2), records.
+- test.short / test.stall / test.timeout: sleep metadata["seconds"] (default 0.5) reporting
+  progress unless metadata["progress"] is "no" (never) or "reclaimed" (only on a reclaimed
+  attempt); a cancelled run records a Sample "cancelled:<key>" and returns.
+- test.holdonce: holds its first attempt until cancelled (a worker to kill mid-item), then
+  records and completes on any later attempt.
+- test.flaky: test.record on a queue that retries at once (database-outage tests).
 """
 
 import os
@@ -46,6 +52,19 @@ def record(item, ctx):
         ctx.complete()
 
 
+handlers.register("test.flaky", record)
+
+
+@handlers.register("test.holdonce")
+def holdonce(item, ctx):
+    if ctx.attempt == 1:
+        ctx.cancelled.wait(float(item.metadata.get("seconds", "60")))
+        return
+    with transaction.atomic():
+        _record(item, ctx)
+        ctx.complete()
+
+
 @handlers.register("test.fail")
 def fail(item, ctx):
     raise RuntimeError(f"test.fail attempt {ctx.attempt}")
@@ -73,6 +92,11 @@ def crash(item, ctx):
 def capped(item, ctx):
     held = WorkItem.objects.filter(queue="test.capped").held().filter(lease_expires_at__gt=time_now()).count()
     Sample.objects.create(name="capped_held", value=held)
+    until = item.metadata.get("until")
+    deadline = time.monotonic() + 60
+    while until and not Sample.objects.filter(name=until).exists() and time.monotonic() < deadline:
+        ctx.progress()
+        time.sleep(0.05)
     time.sleep(float(item.metadata.get("seconds", "0.2")))
     with transaction.atomic():
         _record(item, ctx)
@@ -87,7 +111,8 @@ def time_now():
 
 def _sleepy(item, ctx):
     seconds = float(item.metadata.get("seconds", "0.5"))
-    report = item.metadata.get("progress", "yes") != "no"
+    progress = item.metadata.get("progress", "yes")
+    report = progress == "yes" or (progress == "reclaimed" and ctx.reclaimed)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if ctx.cancelled.wait(0.05):

@@ -31,7 +31,8 @@ RETURNING {item}, (xmax = 0) AS created, pg_notify(%(channel)s, w.queue);
 
 -- name: item_enqueue_many
 -- enqueue for a batch in one statement: rows come in as parallel arrays. Duplicate keys
--- inside one batch are collapsed first (ON CONFLICT cannot touch a row twice). The caller
+-- inside one batch are collapsed first (ON CONFLICT cannot touch a row twice); rows are
+-- inserted in the batch's order, so ids (the claim's tie-breaker) keep FIFO. The caller
 -- checks environments beforehand, so the join here only reads their kinds.
 INSERT INTO work_items AS w (
     public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
@@ -48,6 +49,7 @@ FROM (
     ORDER BY u.queue, u.key, u.priority DESC, u.ord
 ) AS b
 LEFT JOIN work_environments e ON e.id = b.environment_id
+ORDER BY b.ord
 ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active')
 DO UPDATE SET priority = greatest(w.priority, excluded.priority),
               run_after = least(w.run_after, excluded.run_after)
@@ -369,4 +371,5 @@ SELECT pg_try_advisory_lock(hashtextextended(%(name)s, 0));
 
 
 -- name: maintenance_unlock
+-- Give the sweep's session lock back at the end of a run (it would go with the connection).
 SELECT pg_advisory_unlock(hashtextextended(%(name)s, 0));
