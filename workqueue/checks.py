@@ -37,9 +37,7 @@ def check_maintenance(app_configs=None, databases=None, **kwargs):
     if not databases or "default" not in databases:
         return []
     from workqueue.conf import wq_settings
-    from workqueue.models import MaintenanceRun
-
-    from workqueue.models import Worker
+    from workqueue.models import MaintenanceRun, Worker
 
     try:
         if not Worker.objects.exists():

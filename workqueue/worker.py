@@ -24,7 +24,7 @@ import traceback
 import uuid
 from dataclasses import dataclass, field
 
-from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.utils import InterfaceError, OperationalError
 
 from workqueue import handlers as registry
@@ -236,7 +236,7 @@ class Worker:
                     self.wake.wait(0.05)
                     continue
                 try:
-                    close_old_connections()
+                    _drop_if_broken(self.using)
                     self._beat()
                     self._maintenance()
                     claimed, asked = self._claim_pass()
@@ -344,6 +344,7 @@ class Worker:
             connections.close_all()
 
     def _run_one(self, item: Item) -> None:
+        _drop_if_broken(self.using)
         handler = registry.get(item.queue)
         with self._lock:
             hold = self._holds.get(item.id)
@@ -368,9 +369,22 @@ class Worker:
             log.warning("%r: lease lost while running; not settled", item)
             with self._lock:
                 self.lost += 1
+        except (KeyboardInterrupt, GeneratorExit):
+            raise
+        except _DB_ERRORS as exc:
+            if connections[self.using].is_usable():
+                log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
+                self._fail(item, ctx, _describe(exc))
+            else:
+                # The connection died under the handler (a restart, a killed backend): not the
+                # item's fault, so it goes back without costing an attempt.
+                log.warning("%r: database connection lost while running; releasing it", item)
+                connections[self.using].close()
+                if not ctx.settled:
+                    self._release([item], "connection lost")
         except BaseException as exc:
-            if not isinstance(exc, Exception):
-                raise
+            # SystemExit and friends from a handler fail that item; they must not take a
+            # runner thread (a slot of this worker's capacity) with them.
             log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
             self._fail(item, ctx, _describe(exc))
         finally:
@@ -535,6 +549,20 @@ class Worker:
             log.info("released %d item(s) back to queued (%s)", len(released), why)
         except Exception:
             log.exception("could not release %d item(s); their leases will lapse", len(items))
+
+
+def _drop_if_broken(using: str) -> None:
+    """Close this thread's connection if an error left it unusable.
+
+    Deliberately not close_old_connections(): a worker keeps its connections (and their
+    prepared statements) for its whole life, whatever CONN_MAX_AGE says for requests.
+    """
+    conn = connections[using]
+    if conn.connection is not None and conn.errors_occurred:
+        if conn.is_usable():
+            conn.errors_occurred = False
+        else:
+            conn.close()
 
 
 def _describe(exc: BaseException) -> str:
