@@ -9,7 +9,9 @@ import uuid
 import psycopg
 from psycopg.types.json import Jsonb
 
-from workqueue.sql import QUERIES
+from workqueue.sql import CLAIMED_COLUMNS, QUERIES
+
+_ID, _TOKEN = CLAIMED_COLUMNS.index("id"), CLAIMED_COLUMNS.index("lease_token")
 
 
 def _connect(conninfo: str) -> psycopg.Connection:
@@ -80,6 +82,7 @@ def _drain_loop(conninfo: str, queue: str, batch: int, lease: float, out) -> Non
             "caps": [None],
             "limit": batch,
             "worker_id": "raw",
+            "relaxed": True,
         }
         while True:
             rows = conn.execute(claim, params).fetchall()
@@ -87,7 +90,7 @@ def _drain_loop(conninfo: str, queue: str, batch: int, lease: float, out) -> Non
                 break
             conn.execute(
                 complete,
-                {"ids": [r[0] for r in rows], "tokens": [r[11] for r in rows], "outcome": "succeeded"},
+                {"ids": [r[_ID] for r in rows], "tokens": [r[_TOKEN] for r in rows], "outcome": "succeeded"},
             ).fetchall()
             done += len(rows)
     out.put(done)
@@ -106,3 +109,86 @@ def drain(conninfo: str, queue: str, *, connections: int, batch: int, lease: flo
     for p in procs:
         p.join()
     return total, total / elapsed
+
+
+def _ops_loop(conninfo: str, n: int, batch: int, lease: float, out) -> None:
+    import django
+
+    django.setup()  # only to load the operations statements; every query below is raw psycopg
+    from operations.store import QUERIES as OPS
+    from operations.store import RUN_COLUMNS
+
+    start, begin, finish = OPS["op_start"], OPS["op_begin"], OPS["op_finish"]
+    claim = QUERIES["item_claim"]
+    tag = uuid.uuid4().hex[:8]
+    done = 0
+    with _connect(conninfo) as conn:
+        for i in range(n):
+            conn.execute(
+                start,
+                {
+                    "id": f"op_raw_{tag}_{i}",
+                    "kind": "demo.nothing",
+                    "owner": "",
+                    "queue": "raw.ops",
+                    "priority": 0,
+                    "request": Jsonb(None),
+                    "count_label": "",
+                    "max_attempts": 5,
+                    "delay": 0.0,
+                    "run_after": None,
+                    "queue_channel": "bench_raw",
+                    "relaxed": False,
+                },
+            ).fetchall()
+        params = {"queues": ["raw.ops"], "limits": [batch], "leases": [lease], "caps": [None], "limit": batch}
+        params["worker_id"] = "raw"
+        params["relaxed"] = True
+        state = RUN_COLUMNS.index("state")
+        while True:
+            rows = conn.execute(claim, params).fetchall()
+            if not rows:
+                break
+            for r in rows:
+                common = {"id": r[3], "item_id": r[_ID], "token": r[_TOKEN], "channel": "bench_raw"}
+                began = conn.execute(begin, {**common, "lease": lease, "worker_id": "raw", "relaxed": True}).fetchall()
+                assert began and began[0][state] == "running"
+                conn.execute(
+                    finish,
+                    {
+                        **common,
+                        "state": "succeeded",
+                        "error_code": "",
+                        "error_message": "",
+                        "error_retryable": False,
+                        "result_uri": "",
+                        "result_detail": None,
+                        "units_total": None,
+                        "units_done": 0,
+                        "unit": "",
+                        "message": "",
+                        "count": 0,
+                        "all_done": True,
+                        "cancel_wins": False,
+                        "attempt": Jsonb({"outcome": "succeeded"}),
+                        "relaxed": False,
+                    },
+                ).fetchall()
+                done += 1
+    out.put(done)
+
+
+def operations_life(conninfo: str, n: int, *, connections: int, batch: int, lease: float = 120.0) -> float:
+    """Ops/s for the operations statements (start, claim, begin, finish) from N tight loops."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    share = n // connections
+    procs = [ctx.Process(target=_ops_loop, args=(conninfo, share, batch, lease, out)) for _ in range(connections)]
+    started = time.perf_counter()
+    for p in procs:
+        p.start()
+    total = sum(out.get() for _ in procs)
+    elapsed = time.perf_counter() - started
+    for p in procs:
+        p.join()
+    return total / elapsed

@@ -173,11 +173,13 @@ class Operation(models.Model):
             models.Index(
                 models.F("kind"), models.F("created_at").desc(), models.F("id").desc(), name="operations_kind_idx"
             ),
-            # recover: pending ones by age and running ones by lease; only the unfinished rows.
+            # recover: the unfinished rows only. Deliberately not on updated_at/claimed_until:
+            # a progress flush changes only unindexed columns, so Postgres updates the row in
+            # place (a HOT update) without touching any index.
             models.Index(
-                fields=["state", "updated_at", "claimed_until"],
+                fields=["state"],
                 condition=Q(state__in=["pending", "running"]),
-                name="operations_stranded_idx",
+                name="operations_unfinished_idx",
             ),
             # reap: terminal rows by when they finished.
             models.Index(
@@ -219,3 +221,19 @@ class Operation(models.Model):
         if not self.error_code or self.state not in (State.FAILED, State.CANCELLED, State.PENDING):
             return None
         return Error(code=self.error_code, message=self.error_message or "", retryable=bool(self.error_retryable))
+
+
+class OperationWatch(models.Model):
+    """A process following an operation for its subscribers: writes to the operation send a
+    NOTIFY while one exists (see operations.watcher). Rows expire unless refreshed."""
+
+    op_id = models.CharField(max_length=200)
+    watcher = models.CharField(max_length=200)
+    until = models.DateTimeField()
+
+    class Meta:
+        db_table = f"{configured_table()}_watches"
+        constraints = [models.UniqueConstraint(fields=["op_id", "watcher"], name="operation_watches_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.watcher} follows {self.op_id}"

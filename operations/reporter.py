@@ -205,6 +205,7 @@ class Reporter:
                 "token": self.token,
                 "item_id": self.item_id,
                 "lease": self._lease,
+                "relaxed": store.may_relax(self.using),
             }
             try:
                 rows = store.run("op_flush", params, using=self.using)

@@ -97,7 +97,11 @@ def handle(item, ctx) -> None:
     conf = ops_settings()
     using = ctx.using
     common = {"id": item.key, "item_id": item.id, "token": item.lease_token}
-    rows = store.run("op_begin", {**common, "lease": conf.lease, "worker_id": ctx.worker_id}, using=using)
+    rows = store.run(
+        "op_begin",
+        {**common, "lease": conf.lease, "worker_id": ctx.worker_id, "relaxed": store.may_relax(using)},
+        using=using,
+    )
     if not rows:
         with transaction.atomic(using=using):
             if store.run("op_exhaust", common, using=using):
@@ -106,7 +110,7 @@ def handle(item, ctx) -> None:
                 store.run("op_item_noop", common, using=using)
         ctx.settled = True
         return
-    op = store.first_operation(rows, using=using)
+    op = store.to_operation(rows[0], store.RUN_COLUMNS, using=using)
     attempt = Attempt(id=op.id, number=op.attempts, final=op.attempts >= op.max_attempts)
     reporter = Reporter(
         op_id=op.id,

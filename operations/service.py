@@ -223,6 +223,7 @@ def reap(*, using: str = DEFAULT_DB_ALIAS, now=None, dry_run: bool = False) -> d
         using=using,
         queries=store.QUERIES,
     )
+    store.run("watch_reap", {"now": now}, using=using)
     return {"deleted": deleted}
 
 

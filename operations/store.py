@@ -14,10 +14,11 @@ from django.db import DEFAULT_DB_ALIAS
 from operations.conf import configured_table, ops_settings
 from operations.models import Operation
 from workqueue import sql
-from workqueue.sql import Statements
+from workqueue.sql import RELAXED_FRAGMENT, Statements
 
 OP_COLUMNS = [f.attname for f in Operation._meta.concrete_fields]
 LIGHT_COLUMNS = [c for c in OP_COLUMNS if c not in ("request", "attempt_log")]
+RUN_COLUMNS = [c for c in OP_COLUMNS if c != "attempt_log"]  # what begin hands the runner
 _JSON = {"request", "result_detail", "attempt_log"}
 ATTEMPT_LOG_LIMIT = 20
 
@@ -27,13 +28,27 @@ _close = (
     "(o.attempt_log -> -1) || jsonb_build_object('finished_at', now()) || {extra}) END"
 )
 
+WATCHES_TABLE = f"{configured_table()}_watches"
+
+
+def _notify(op_id_expression: str) -> str:
+    return (
+        "(SELECT pg_notify(%(channel)s::text, '') WHERE %(channel)s::text <> '' AND EXISTS ("
+        f"SELECT 1 FROM {WATCHES_TABLE} AS watch WHERE watch.op_id = {op_id_expression} "
+        "AND watch.until > now())) AS notified"
+    )
+
+
 QUERIES = Statements(
     Path(__file__).with_name("sql") / "queries.sql",
     {
         "table": configured_table(),
+        "watches": WATCHES_TABLE,
         "op_light": ", ".join(f"o.{c}" for c in LIGHT_COLUMNS),
         "op": ", ".join(f"o.{c}" for c in OP_COLUMNS),
-        "notify": "(SELECT pg_notify(%(channel)s::text, '') WHERE %(channel)s::text <> '') AS notified",
+        "op_run": ", ".join(f"o.{c}" for c in RUN_COLUMNS),
+        "notify": _notify,
+        "relaxed": RELAXED_FRAGMENT,
         "open_attempt": (
             f"(CASE WHEN jsonb_array_length(o.attempt_log) >= {ATTEMPT_LOG_LIMIT} THEN o.attempt_log - 0 "
             "ELSE o.attempt_log END) || jsonb_build_array(jsonb_build_object("
@@ -70,3 +85,11 @@ def get_many(ids: list[str], *, using: str = DEFAULT_DB_ALIAS) -> dict[str, Oper
         return {}
     rows = sql.run("op_get_many", {"ids": ids}, using=using, queries=QUERIES)
     return {r[0]: to_operation(r, LIGHT_COLUMNS, using=using) for r in rows}
+
+
+def may_relax(using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether a soft write (begin, a progress flush) may commit relaxed: only in its own
+    transaction, never inside a caller's (it would relax the caller's commit too)."""
+    from django.db import transaction
+
+    return not transaction.get_connection(using).in_atomic_block

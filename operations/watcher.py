@@ -8,13 +8,22 @@ compares revisions; reads are floored at ``WATCHER_MIN_READ_INTERVAL`` however m
 arrive, and ``WATCHER_POLL`` is the fallback when no notification comes (the watcher is
 exactly as correct without NOTIFY, only later). Subscribing to a finished operation yields
 its terminal snapshot and ends at once.
+
+Writes notify only for operations somebody follows: the watcher records what it follows in
+a small table (rows that expire unless refreshed), and the writing statements notify when a
+row exists. A notifying transaction holds a database-wide lock through its commit, so the
+thousands of operations nobody is watching must not pay for it.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
@@ -129,6 +138,10 @@ class Watcher:
         self._thread: threading.Thread | None = None
         self._listen_token = None
         self.reads = 0  # queries issued by the loop (one per wake)
+        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.follow_ttl = max(30.0, 5 * poll)
+        self._followed: collections.Counter[str] = collections.Counter()
+        self._last_refresh = time.monotonic()
 
     # -- subscribing --------------------------------------------------------------------
 
@@ -136,27 +149,63 @@ class Watcher:
         """Follow ``op_id``; its current snapshot is delivered before this returns."""
         if self._closed:
             raise WatcherClosed()
-        current = store.get_many([op_id], using=self.using).get(op_id)
-        if current is None or (owner is not None and current.owner != owner):
-            raise OperationNotFound(f"operation {op_id!r} not found")
-        sub = Subscription(self, op_id)
-        sub.revision = current.revision
-        sub._offer(current, final=current.done)
-        if current.done:
-            return sub  # a finished operation needs no following, so it takes no slot
-        with self._lock:
-            if len(self._subs) >= self.max_subscriptions:
-                raise TooManyWatchers(
-                    f"this process already follows {self.max_subscriptions} operations "
-                    "(OPERATIONS['WATCHER_MAX_SUBSCRIPTIONS']); retry later"
-                )
-            self._subs.add(sub)
+        # Follow first, then read: a write that commits after the follow notifies, and one
+        # that committed before it is in the first snapshot.
+        self._follow(op_id)
+        try:
+            current = store.get_many([op_id], using=self.using).get(op_id)
+            if current is None or (owner is not None and current.owner != owner):
+                raise OperationNotFound(f"operation {op_id!r} not found")
+            sub = Subscription(self, op_id)
+            sub.revision = current.revision
+            sub._offer(current, final=current.done)
+            if current.done:
+                self._unfollow(op_id)
+                return sub  # a finished operation needs no following, so it takes no slot
+            with self._lock:
+                if len(self._subs) >= self.max_subscriptions:
+                    raise TooManyWatchers(
+                        f"this process already follows {self.max_subscriptions} operations "
+                        "(OPERATIONS['WATCHER_MAX_SUBSCRIPTIONS']); retry later"
+                    )
+                self._subs.add(sub)
+        except BaseException:
+            self._unfollow(op_id)
+            raise
         self._ensure_running()
         return sub
 
     def _remove(self, sub: Subscription) -> None:
         with self._lock:
+            if sub not in self._subs:
+                return
             self._subs.discard(sub)
+        self._unfollow(sub.op_id)
+
+    def _follow(self, op_id: str) -> None:
+        with self._lock:
+            self._followed[op_id] += 1
+            first = self._followed[op_id] == 1
+        if first and self.channel:
+            self._write("watch_follow", {"ids": [op_id], "watcher": self.token, "ttl": self.follow_ttl})
+
+    def _unfollow(self, op_id: str) -> None:
+        with self._lock:
+            self._followed[op_id] -= 1
+            last = self._followed[op_id] <= 0
+            if last:
+                del self._followed[op_id]
+        if last and self.channel:
+            self._write("watch_forget", {"ids": [op_id], "watcher": self.token})
+
+    def _write(self, name: str, params: dict) -> None:
+        # Following is what makes writes notify; failing at it costs latency (the poll still
+        # delivers), never a subscription.
+        try:
+            store.run(name, params, using=self.using)
+        except Exception as exc:
+            log.warning("watcher could not %s (%s); relying on its poll", name.removeprefix("watch_"), exc)
+            connections[self.using].close_if_unusable_or_obsolete()
 
     def subscriptions(self) -> int:
         with self._lock:
@@ -192,6 +241,19 @@ class Watcher:
 
             listener.shared().unsubscribe(self._listen_token)
             self._listen_token = None
+        with self._lock:
+            self._followed.clear()
+        if self.channel:
+            self._write("watch_forget", {"ids": None, "watcher": self.token})
+
+    def _refresh_follows(self) -> None:
+        if not self.channel or time.monotonic() - self._last_refresh < self.follow_ttl / 3:
+            return
+        self._last_refresh = time.monotonic()
+        with self._lock:
+            ids = sorted(self._followed)
+        if ids:
+            self._write("watch_follow", {"ids": ids, "watcher": self.token, "ttl": self.follow_ttl})
 
     def _run(self) -> None:
         last_read = 0.0
@@ -204,6 +266,7 @@ class Watcher:
                 pause = self.min_read_interval - (time.monotonic() - last_read)
                 if pause > 0:
                     time.sleep(pause)
+                self._refresh_follows()
                 with self._lock:
                     subs = list(self._subs)
                 if not subs:

@@ -20,6 +20,8 @@ def _json(value):
     # Django's psycopg adapters load jsonb as text; raw psycopg would give objects.
     if value is None or isinstance(value, dict | list):
         return value
+    if value == "{}":
+        return {}
     return json.loads(value)
 
 
@@ -58,6 +60,49 @@ class Item:
         item.metadata = _json(item.metadata) or {}
         item.trace_context = _json(item.trace_context)
         return item
+
+    @classmethod
+    def from_claimed(cls, row) -> Item:
+        """An Item from a claim's slim row (CLAIMED_COLUMNS); the other fields stay empty."""
+        (
+            id_,
+            public_id,
+            queue,
+            key,
+            environment_id,
+            state,
+            priority,
+            attempts,
+            max_attempts,
+            lease_token,
+            lease_expires_at,
+            reclaimed,
+            metadata,
+            trace_context,
+            created_at,
+            last_error,
+        ) = row[:16]
+        return cls(
+            id_,
+            public_id,
+            queue,
+            key,
+            environment_id,
+            state,
+            None,
+            priority,
+            None,
+            attempts,
+            max_attempts,
+            lease_token,
+            lease_expires_at,
+            reclaimed,
+            _json(metadata) or {},
+            _json(trace_context),
+            created_at,
+            None,
+            last_error,
+        )
 
     @property
     def final(self) -> bool:

@@ -45,14 +45,16 @@ log = logging.getLogger("workqueue.lease")
 class Hold:
     """One item held under a keeper: its cancellation event and its progress clock."""
 
-    __slots__ = ("cancelled", "deadline", "item", "last_progress", "lease", "next_renewal", "reason", "stall")
+    __slots__ = ("_event", "deadline", "item", "last_progress", "lease", "next_renewal", "reason", "stall")
 
-    def __init__(self, item: Item, lease: float, stall: float | None):
-        now = time.monotonic()
+    _create = threading.Lock()
+
+    def __init__(self, item: Item, lease: float, stall: float | None, now: float | None = None):
+        now = time.monotonic() if now is None else now
         self.item = item
         self.lease = lease
         self.stall = stall
-        self.cancelled = threading.Event()
+        self._event: threading.Event | None = None  # made on first use: most holds never need one
         self.reason: str | None = None
         self.last_progress = now
         self.next_renewal = now + lease / 3
@@ -62,6 +64,22 @@ class Hold:
     def progress(self) -> None:
         """Say the work moved (a real step, not a timer); resets the stall clock."""
         self.last_progress = time.monotonic()
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the holder must stop (see the module docstring for why)."""
+        event = self._event
+        if event is None:
+            with Hold._create:
+                if self._event is None:
+                    self._event = threading.Event()
+                event = self._event
+        return event
+
+    def is_cancelled(self) -> bool:
+        """Whether the holder was told to stop (without creating the event)."""
+        event = self._event
+        return event is not None and event.is_set()
 
     def cancel(self, reason: str) -> None:
         if self.reason is None:
@@ -92,14 +110,22 @@ class LeaseKeeper:
             from workqueue.conf import wq_settings
 
             lease = wq_settings().queue(item.queue).lease
-        hold = Hold(item, float(lease), stall)
+        return self.hold_many([item], lease=float(lease), stall=stall)[0]
+
+    def hold_many(self, items, *, lease: float, stall: float | None = None) -> list[Hold]:
+        """Start renewing a batch of items under one lease length; return their Holds."""
+        now = time.monotonic()
+        holds = [Hold(item, lease, stall, now) for item in items]
         with self._lock:
-            self._holds[item.id] = hold
+            for hold in holds:
+                self._holds[hold.item.id] = hold
             if not self._started:
                 self._started = True
                 self._thread.start()
-        self._wake.set()
-        return hold
+        if lease / 3 < self.tick:
+            self._wake.set()  # renewals due sooner than the keeper's next tick
+        # Otherwise no wake-up: the first renewal is due a third of a lease from now.
+        return holds
 
     def drop(self, hold: Hold | None) -> None:
         """Stop renewing this item (it was settled or handed on)."""
@@ -135,7 +161,7 @@ class LeaseKeeper:
         now = time.monotonic()
         due: list[Hold] = []
         for hold in self.holds():
-            if hold.cancelled.is_set() and hold.reason in ("stalled", "lease_lost"):
+            if hold.is_cancelled() and hold.reason in ("stalled", "lease_lost"):
                 continue
             if hold.stall is not None and now - hold.last_progress > hold.stall:
                 log.warning("%r stalled: no progress for %gs; no longer renewing its lease", hold.item, hold.stall)
@@ -159,8 +185,10 @@ class LeaseKeeper:
                     cur.execute("SET LOCAL statement_timeout = %s", [max(int(budget * 1000), 1)])
                 from workqueue.models import WorkItem
 
+                # The keeper's own transaction, and a renewal lost in a server crash only
+                # shortens a lease: commit relaxed (see workqueue/sql.py).
                 renewed = WorkItem.objects.db_manager(self.using).extend_many(
-                    [h.item for h in due], [h.lease for h in due]
+                    [h.item for h in due], [h.lease for h in due], relaxed=True
                 )
         except Exception as exc:
             if self.first_failure is None:

@@ -307,6 +307,7 @@ class WorkItemManager(WireLane, models.Manager):
         limit: int,
         worker_id: str,
         lease: float | None = None,
+        relaxed: bool = False,
     ) -> ClaimResult:
         """Take up to ``limit`` items from ``queues`` under a lease (per-queue settings).
 
@@ -325,6 +326,9 @@ class WorkItemManager(WireLane, models.Manager):
             "caps": [c.max_running for c in confs],
             "limit": limit,
             "worker_id": worker_id,
+            # A claim lost in a server crash just returns its items to the queue; runworker
+            # claims relaxed. Never inside a caller's transaction: it would relax that commit.
+            "relaxed": relaxed and not transaction.get_connection(self.db).in_atomic_block,
         }
         capped = [c.name for c in confs if c.max_running is not None]
         with transaction.atomic(using=self.db, savepoint=False):
@@ -333,7 +337,8 @@ class WorkItemManager(WireLane, models.Manager):
             rows = sql.run("item_claim", params, using=self.db)
             result = ClaimResult()
             for row in rows:
-                item = Item.from_row(row)
+                item = Item.from_claimed(row)
+                item.claimed_by = worker_id
                 (result.items if item.state == "active" else result.settled).append(item)
             hooks.settled(result.settled, "attempts_exhausted")
         return result
@@ -349,7 +354,9 @@ class WorkItemManager(WireLane, models.Manager):
         item.lease_expires_at = rows[0][0]
         return rows[0][0]
 
-    def extend_many(self, items: Sequence[Item], leases: Sequence[float]) -> dict[int, dt.datetime | None]:
+    def extend_many(
+        self, items: Sequence[Item], leases: Sequence[float], *, relaxed: bool = False
+    ) -> dict[int, dt.datetime | None]:
         """Renew many leases in one statement; return {id: new expiry} for those still held.
 
         An item whose row another transaction holds locked is skipped, not waited for: it
@@ -364,10 +371,11 @@ class WorkItemManager(WireLane, models.Manager):
                 "ids": [i.id for i in items],
                 "tokens": [i.lease_token for i in items],
                 "leases": [float(x) for x in leases],
+                "relaxed": relaxed,
             },
             using=self.db,
         )
-        return {pk: expiry for pk, expiry, held in rows if held}
+        return {row[0]: row[1] for row in rows if row[2]}
 
     def complete(self, item: Item, outcome: str = "succeeded") -> None:
         """Settle a held item (default: succeeded); raise LeaseLost if the proof is stale."""

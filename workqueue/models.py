@@ -78,11 +78,13 @@ class WorkItem(models.Model):
     """One unit of work. Columns are documented in SPEC.md; the state machine above."""
 
     id = models.BigAutoField(primary_key=True)
-    public_id = models.CharField(max_length=64, unique=True, db_default=_mint("work_"), editable=False)
+    public_id = models.CharField(max_length=64, db_default=_mint("work_"), editable=False)
     queue = models.CharField(max_length=128)
     key = models.CharField(max_length=512)
+    # No plain index: most items have no environment, and every index costs a write per row
+    # version on this table. work_items_environment_idx covers the rows that have one.
     environment = models.ForeignKey(
-        Environment, null=True, blank=True, on_delete=models.PROTECT, related_name="work_items"
+        Environment, null=True, blank=True, on_delete=models.PROTECT, related_name="work_items", db_index=False
     )
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, null=True, blank=True)
@@ -112,6 +114,9 @@ class WorkItem(models.Model):
         db_table = "work_items"
         ordering = ["-id"]
         constraints = [
+            # The wire addresses items by public id (a constraint, not unique=True, so Django
+            # adds no varchar_pattern_ops twin: nothing LIKE-searches ids).
+            models.UniqueConstraint(fields=["public_id"], name="work_items_public_id_uniq"),
             # Enqueue is idempotent per (queue, key) while a live item exists; the ON CONFLICT
             # of item_enqueue names exactly this predicate.
             models.UniqueConstraint(
@@ -144,9 +149,12 @@ class WorkItem(models.Model):
                 condition=Q(state="queued", wire=True),
                 name="work_items_poll_idx",
             ),
-            # Held items by lease: lapsed-lease reclaim, max_running counts, stuck items.
+            # Held items per queue: lapsed-lease reclaim, max_running counts, stuck items. Not
+            # on lease_expires_at: held items are few (bounded by the fleet's concurrency), and
+            # leaving the lease out of every index lets a renewal, a heartbeat or an operation's
+            # progress flush rewrite the row in place (a HOT update) without touching an index.
             models.Index(
-                fields=["queue", "lease_expires_at"],
+                fields=["queue"],
                 condition=Q(state__in=["starting", "active", "stopping"]),
                 name="work_items_held_idx",
             ),
@@ -157,6 +165,12 @@ class WorkItem(models.Model):
                 fields=["key"],
                 condition=Q(state__in=["queued", "starting", "active", "stopping"]),
                 name="work_items_unsettled_key_idx",
+            ),
+            # Items of an environment (deleting one checks for them; the admin filters by it).
+            models.Index(
+                fields=["environment"],
+                condition=Q(environment__isnull=False),
+                name="work_items_environment_idx",
             ),
             # The wire's list: newest first per environment, keyset on (created_at, id).
             models.Index(

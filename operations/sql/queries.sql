@@ -1,6 +1,9 @@
 -- Every statement the operations app runs by hand, named entity-first.
 -- {table} is the operations table (OPERATIONS TABLE_PREFIX), {op} its column list,
--- {notify} a payload-free pg_notify on OPERATIONS NOTIFY_CHANNEL (nothing when it is ''),
+-- {notify:ID} a payload-free pg_notify on OPERATIONS NOTIFY_CHANNEL when some process is
+-- watching operation ID (a row in {watches}); nothing when the channel is ''. Gating it
+-- matters: a transaction that notifies holds a database-wide lock through its commit, so
+-- unwatched operations must not queue their commits behind each other for nobody's benefit.
 -- {open_attempt} / {close_attempt} append to / finish the bounded attempt_log.
 -- Every write bumps revision (the watcher's change signal) and updated_at.
 -- A running operation and its work item share one lease: the operation's claimed_until and
@@ -33,7 +36,7 @@ item AS (
     ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active') DO NOTHING
     RETURNING pg_notify(%(queue_channel)s::text, w.queue)
 )
-SELECT ins.*, (SELECT count(*) FROM item) AS enqueued, {notify} FROM ins;
+SELECT ins.*, (SELECT count(*) FROM item) AS enqueued FROM ins;
 
 
 -- name: op_get_many
@@ -42,7 +45,8 @@ SELECT {op_light} FROM {table} o WHERE o.id = ANY(%(ids)s::text[]);
 
 
 -- name: op_begin
--- The guarded transition: pending, or running with a lapsed lease, becomes running under this
+-- The guarded transition (relaxed: a begin lost in a server crash reverts to a state that is
+-- re-offered): pending, or running with a lapsed lease, becomes running under this
 -- worker's lease (the work item's proof), charging one attempt. Exactly one worker matches.
 -- The work item's lease is moved to the same expiry in the same statement.
 WITH began AS (
@@ -55,7 +59,7 @@ WITH began AS (
     WHERE o.id = %(id)s
       AND (o.state = 'pending' OR (o.state = 'running' AND o.claimed_until < now()))
       AND o.attempts < o.max_attempts
-    RETURNING {op}
+    RETURNING {op_run}
 ),
 item AS (
     UPDATE work_items AS w SET lease_expires_at = b.claimed_until
@@ -63,7 +67,7 @@ item AS (
     WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
     RETURNING w.id
 )
-SELECT began.*, {notify} FROM began;
+SELECT began.*, {notify:began.id}, {relaxed} FROM began;
 
 
 -- name: op_exhaust
@@ -90,7 +94,7 @@ item AS (
     WHERE w.id = %(item_id)s AND w.lease_token = %(token)s
     RETURNING w.id
 )
-SELECT gone.id, {notify} FROM gone;
+SELECT gone.id, {notify:gone.id} FROM gone;
 
 
 -- name: op_item_noop
@@ -104,7 +108,8 @@ RETURNING id;
 
 
 -- name: op_flush
--- A progress flush, the one statement a running operation issues regularly: write progress,
+-- A progress flush, the one statement a running operation issues regularly (relaxed, like
+-- begin: see RELAXED_FRAGMENT in workqueue/sql.py): write progress,
 -- extend the lease (row and work item), and learn whether cancellation was requested and
 -- whether this worker still holds the operation (no row back = not held).
 WITH f AS (
@@ -113,7 +118,7 @@ WITH f AS (
         message = %(message)s::text, count = greatest(o.count, %(count)s::bigint),
         claimed_until = now() + make_interval(secs => %(lease)s), updated_at = now(), revision = o.revision + 1
     WHERE o.id = %(id)s AND o.lease_token = %(token)s AND o.state = 'running'
-    RETURNING o.revision, o.cancel_requested, o.claimed_until
+    RETURNING o.id, o.revision, o.cancel_requested, o.claimed_until
 ),
 item AS (
     UPDATE work_items AS w SET lease_expires_at = f.claimed_until
@@ -121,7 +126,7 @@ item AS (
     WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
     RETURNING w.id
 )
-SELECT f.revision, f.cancel_requested, {notify} FROM f;
+SELECT f.revision, f.cancel_requested, {notify:f.id}, {relaxed} FROM f;
 
 
 -- name: op_finish
@@ -144,7 +149,7 @@ WITH f AS (
         updated_at = now(), revision = o.revision + 1,
         attempt_log = {close_attempt}
     WHERE o.id = %(id)s AND o.lease_token = %(token)s AND o.state = 'running'
-    RETURNING {op}
+    RETURNING o.id, o.state
 ),
 item AS (
     UPDATE work_items AS w
@@ -156,7 +161,7 @@ item AS (
     WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active', 'stopping')
     RETURNING w.id
 )
-SELECT f.*, {notify} FROM f;
+SELECT f.id, {notify:f.id} FROM f;
 
 
 -- name: op_release
@@ -172,7 +177,7 @@ WITH r AS (
         updated_at = now(), revision = o.revision + 1,
         attempt_log = {close_attempt}
     WHERE o.id = %(id)s AND o.lease_token = %(token)s AND o.state = 'running' AND NOT o.cancel_requested
-    RETURNING {op}
+    RETURNING o.id
 ),
 item AS (
     UPDATE work_items AS w
@@ -182,7 +187,7 @@ item AS (
     WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
     RETURNING w.id
 )
-SELECT r.*, {notify} FROM r;
+SELECT r.id, {notify:r.id} FROM r;
 
 
 -- name: op_cancel
@@ -204,7 +209,7 @@ WITH c AS (
       AND (o.state = 'pending' OR (o.state = 'running' AND NOT o.cancel_requested))
     RETURNING {op}
 )
-SELECT c.*, {notify} FROM c;
+SELECT c.*, {notify:c.id} FROM c;
 
 
 -- name: op_settle_from_queue
@@ -227,7 +232,7 @@ WITH s AS (
     WHERE o.id = ANY(%(ids)s::text[]) AND o.state IN ('pending', 'running')
     RETURNING o.id
 )
-SELECT s.id, {notify} FROM s;
+SELECT s.id, {notify:s.id} FROM s;
 
 
 -- name: op_expire_lease
@@ -240,7 +245,7 @@ WITH e AS (
     WHERE o.id = ANY(%(ids)s::text[]) AND o.state = 'running'
     RETURNING o.id
 )
-SELECT e.id, {notify} FROM e;
+SELECT e.id, {notify:e.id} FROM e;
 
 
 -- name: op_release_held
@@ -256,7 +261,7 @@ WITH r AS (
     WHERE o.id = t.id AND o.lease_token = t.token AND o.state = 'running'
     RETURNING o.id
 )
-SELECT r.id, {notify} FROM r;
+SELECT r.id, {notify:r.id} FROM r;
 
 
 -- name: op_stranded
@@ -285,3 +290,21 @@ WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );
+
+
+-- name: watch_follow
+-- A process starts (or keeps) following an operation: writes to it notify until `until`.
+INSERT INTO {watches} AS w (op_id, watcher, until)
+SELECT unnest(%(ids)s::text[]), %(watcher)s, now() + make_interval(secs => %(ttl)s)
+ON CONFLICT (op_id, watcher) DO UPDATE SET until = excluded.until;
+
+
+-- name: watch_forget
+-- A process stopped following these operations (all of them when ids is NULL).
+DELETE FROM {watches}
+WHERE watcher = %(watcher)s AND (%(ids)s::text[] IS NULL OR op_id = ANY(%(ids)s::text[]));
+
+
+-- name: watch_reap
+-- reap: forget follows whose process went away without saying so.
+DELETE FROM {watches} WHERE until < coalesce(%(now)s, now()) - interval '1 minute';

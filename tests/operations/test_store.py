@@ -16,7 +16,7 @@ SQL_FILE = PACKAGE / "sql" / "queries.sql"
 def names_used_in_code() -> set[str]:
     used = set()
     for path in PACKAGE.rglob("*.py"):
-        used |= set(re.findall(r"""(?:run|rowcount)\(\s*["'](op_[a-z_]+)["']""", path.read_text()))
+        used |= set(re.findall(r"""(?:run|rowcount|_write)\(\s*["']((?:op|watch)_[a-z_]+)["']""", path.read_text()))
     return used
 
 

@@ -118,6 +118,7 @@ def test_explain_of_the_claim_uses_the_claim_index_on_100k_rows():
                     "caps": caps,
                     "limit": 10,
                     "worker_id": "explain",
+                    "relaxed": True,
                 },
             )
             plan = "\n".join(r[0] for r in cur.fetchall())

@@ -70,7 +70,8 @@ FROM (SELECT q FROM unnest(%(queues)s::text[]) AS q ORDER BY q) AS ordered;
 
 
 -- name: item_claim
--- The in-process lane. Per queue, take the best ready items (priority, run_after, age)
+-- The in-process lane (runworker claims relaxed: see RELAXED_FRAGMENT in workqueue/sql.py).
+-- Per queue, take the best ready items (priority, run_after, age)
 -- and items whose holder's lease lapsed (reclaimed), never wire items; a capped queue
 -- takes no more than its free slots, counted over holders with a live lease, and the
 -- ready and lapsed candidates share that quota (ranked per queue), since a reclaimed
@@ -125,7 +126,7 @@ claimed AS (
         claimed_by = %(worker_id)s, reclaimed = c.lapsed
     FROM candidates c
     WHERE w.id = c.id AND NOT (c.lapsed AND c.spent)
-    RETURNING {item}
+    RETURNING {claimed}, w.run_after AS claim_run_after
 ),
 settled AS (
     UPDATE work_items w
@@ -135,12 +136,11 @@ settled AS (
                             w.attempts, w.max_attempts)
     FROM candidates c
     WHERE w.id = c.id AND c.lapsed AND c.spent
-    RETURNING {item}
+    RETURNING {claimed}, w.run_after AS claim_run_after
 )
-SELECT * FROM claimed
-UNION ALL
-SELECT * FROM settled
-ORDER BY priority DESC, run_after, id;
+SELECT handed.*, {relaxed}
+FROM (SELECT * FROM claimed UNION ALL SELECT * FROM settled) AS handed
+ORDER BY handed.priority DESC, handed.claim_run_after, handed.id;
 
 
 -- name: item_extend
@@ -175,7 +175,8 @@ SELECT t.id, r.lease_expires_at,
        r.id IS NOT NULL OR EXISTS (
            SELECT 1 FROM work_items w
            WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active')
-       ) AS held
+       ) AS held,
+       {relaxed}
 FROM t LEFT JOIN renewed r ON r.id = t.id;
 
 
