@@ -186,7 +186,12 @@ class Workers:
 
     def __init__(self, db_url: str, count: int, args: list[str], env: dict | None = None):
         self.env = dict(
-            os.environ, DATABASE_URL=db_url, PYTHONUNBUFFERED="1", WORKQUEUE_LOG_LEVEL="WARNING", **(env or {})
+            os.environ,
+            DATABASE_URL=db_url,
+            DEBUG="0",  # DEBUG logs every statement and its parameters: not what production runs
+            PYTHONUNBUFFERED="1",
+            WORKQUEUE_LOG_LEVEL="WARNING",
+            **(env or {}),
         )
         self.ids = [f"bench-{uuid.uuid4().hex[:6]}-{n}" for n in range(count)]
         self.logs = [tempfile.TemporaryFile() for _ in self.ids]  # noqa: SIM115 - closed in stop()

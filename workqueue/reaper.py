@@ -63,6 +63,11 @@ def forget_workers(*, using: str = DEFAULT_DB_ALIAS, now=None) -> int:
     )
 
 
+def prune_maintenance_runs(*, using: str = DEFAULT_DB_ALIAS, now=None) -> int:
+    """Forget recover/reap run records older than 30 days."""
+    return sql.rowcount("maintenance_runs_prune", {"now": now, "older_than": 30 * 86400.0}, using=using)
+
+
 def reap(*, using: str = DEFAULT_DB_ALIAS, now=None) -> dict[str, int]:
     """Run every workqueue reaping step once; return counts."""
     return {
@@ -70,4 +75,5 @@ def reap(*, using: str = DEFAULT_DB_ALIAS, now=None) -> dict[str, int]:
         "deleted": delete_stopped(using=using, now=now),
         "pollers_pruned": prune_pollers(using=using, now=now),
         "workers_forgotten": forget_workers(using=using, now=now),
+        "runs_pruned": prune_maintenance_runs(using=using, now=now),
     }

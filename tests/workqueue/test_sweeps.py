@@ -69,11 +69,12 @@ def mess():
     Worker.objects.create(id="ancient", host="h", pid=1)
     Worker.objects.filter(id="ancient").update(last_seen=Now() - LONG_AGO)
     Worker.objects.create(id="recent", host="h", pid=2)
+    MaintenanceRun.objects.create(name="reap", started_at=Now() - dt.timedelta(days=40), finished_at=Now())
     return env
 
 
 RECOVER = {"finalized": 1, "requeued": 1, "exhausted": 1}
-REAP = {"timed_out": 1, "deleted": 3, "pollers_pruned": 1, "workers_forgotten": 1}
+REAP = {"timed_out": 1, "deleted": 3, "pollers_pruned": 1, "workers_forgotten": 1, "runs_pruned": 1}
 
 
 def assert_recovered(before_ids: dict) -> None:

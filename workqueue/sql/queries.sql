@@ -361,6 +361,11 @@ SET last_seen = now(), state = excluded.state, queues = excluded.queues, host = 
     pid = excluded.pid, processed = excluded.processed, failed = excluded.failed;
 
 
+-- name: maintenance_runs_prune
+-- Reap: forget sweep records older than the window (the dashboard reads the latest only).
+DELETE FROM work_maintenance_runs WHERE started_at < coalesce(%(now)s, now()) - make_interval(secs => %(older_than)s);
+
+
 -- name: worker_forget_stale
 -- Reap: drop worker rows not seen for a long while (they stay visible as stale until then).
 DELETE FROM work_workers WHERE last_seen < coalesce(%(now)s, now()) - make_interval(secs => %(older_than)s);
