@@ -127,7 +127,7 @@ def test_dry_run_counts_everything_and_changes_nothing(mess, run_command):
         assert expected.items() <= result["counts"].items()
     assert snapshot() == before
     assert Poller.objects.count() == 2 and Worker.objects.count() == 2
-    assert not MaintenanceRun.objects.exists()
+    assert MaintenanceRun.objects.count() == 1  # the old record is still there; dry runs record nothing
     text = run_command("recover", "--dry-run")
     assert text.stdout.startswith("recover (dry run): finalized=1 requeued=1 exhausted=1")
 
