@@ -1,6 +1,6 @@
 """Run a sweep (``recover`` or ``reap``) once: under an advisory lock, recorded, summarized.
 
-Safe from several hosts at once: a session-level ``pg_try_advisory_lock`` lets one sweep of
+Safe from several hosts at once: a transaction-scoped ``pg_try_advisory_xact_lock`` lets one sweep of
 a kind run at a time; the others report that they skipped. ``dry_run`` runs every step in a
 transaction that is rolled back, so the counts are real and nothing changes.
 """
@@ -59,49 +59,48 @@ def _steps(name: str, using: str, dry_run: bool) -> dict[str, int]:
 
 
 def run_sweep(name: str, *, dry_run: bool = False, using: str = DEFAULT_DB_ALIAS) -> SweepResult:
-    """Run the ``recover`` or ``reap`` sweep once and return what it did."""
+    """Run the ``recover`` or ``reap`` sweep once and return what it did.
+
+    The whole sweep is one transaction holding a transaction-scoped advisory lock, so it is
+    safe behind a transaction-mode pooler (PgBouncer) and the lock can never outlive the run.
+    """
     from workqueue.models import MaintenanceRun
 
     if name not in BUILTIN:
         raise ValueError(f"unknown sweep {name!r}: use 'recover' or 'reap'")
     lock = f"workqueue.sweep.{name}"
     result = SweepResult(name, dry_run=dry_run)
-    if not sql.run("maintenance_try_lock", {"name": lock}, using=using)[0][0]:
-        result.skipped = True
-        return result
     started = time.monotonic()
-    run = None
+    began_at = timezone.now()
     try:
-        if not dry_run:
-            run = MaintenanceRun.objects.using(using).create(
-                name=name, host=socket.gethostname(), started_at=timezone.now()
-            )
-        try:
-            with transaction.atomic(using=using):
-                result.counts = _steps(name, using, dry_run)
-                if dry_run:
-                    raise _Rollback
-        except _Rollback:
-            pass
-        result.seconds = time.monotonic() - started
-        if run is not None:
+        with transaction.atomic(using=using):
+            if not sql.run("maintenance_try_lock", {"name": lock}, using=using)[0][0]:
+                result.skipped = True
+                return result
+            run = None
+            if not dry_run:
+                run = MaintenanceRun.objects.using(using).create(
+                    name=name, host=socket.gethostname(), started_at=began_at
+                )
+            result.counts = _steps(name, using, dry_run)
+            result.seconds = time.monotonic() - started
+            if dry_run:
+                raise _Rollback
             run.finished_at, run.counts = timezone.now(), result.counts
             run.save(update_fields=["finished_at", "counts"])
-        return result
+    except _Rollback:
+        pass
     except Exception as exc:
-        if run is not None:
-            run.finished_at, run.ok, run.error = (
-                timezone.now(),
-                False,
-                f"{exc.__class__.__name__}: {exc}"[:2000],
-            )
-            try:
-                run.save(update_fields=["finished_at", "ok", "error"])
-            except Exception:
-                log.exception("could not record the failed %s run", name)
-        raise
-    finally:
         try:
-            sql.run("maintenance_unlock", {"name": lock}, using=using)
+            MaintenanceRun.objects.using(using).create(
+                name=name,
+                host=socket.gethostname(),
+                started_at=began_at,
+                finished_at=timezone.now(),
+                ok=False,
+                error=f"{exc.__class__.__name__}: {exc}"[:2000],
+            )
         except Exception:
-            log.warning("could not release the %s lock (it goes with the connection)", name)
+            log.exception("could not record the failed %s run", name)
+        raise
+    return result

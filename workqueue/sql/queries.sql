@@ -372,10 +372,6 @@ DELETE FROM work_workers WHERE last_seen < coalesce(%(now)s, now()) - make_inter
 
 
 -- name: maintenance_try_lock
--- One sweep of a kind at a time across hosts: a session advisory lock, not waited for.
-SELECT pg_try_advisory_lock(hashtextextended(%(name)s, 0));
-
-
--- name: maintenance_unlock
--- Give the sweep's session lock back at the end of a run (it would go with the connection).
-SELECT pg_advisory_unlock(hashtextextended(%(name)s, 0));
+-- One sweep of a kind at a time across hosts: a transaction-scoped advisory lock, not waited
+-- for (released at commit, so it works behind a transaction-mode pooler too).
+SELECT pg_try_advisory_xact_lock(hashtextextended(%(name)s, 0));
