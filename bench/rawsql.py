@@ -71,19 +71,24 @@ def insert_bulk(conninfo: str, n: int, queue: str, per_statement: int = 1000) ->
         return n / (time.perf_counter() - started)
 
 
+def _claim_params(queue: str, batch: int, lease: float) -> dict:
+    """item_claim's parameters as runworker passes them (relaxed commit included)."""
+    return {
+        "queues": [queue],
+        "limits": [batch],
+        "leases": [lease],
+        "caps": [None],
+        "limit": batch,
+        "worker_id": "raw",
+        "relaxed": True,
+    }
+
+
 def _drain_loop(conninfo: str, queue: str, batch: int, lease: float, out) -> None:
     claim, complete = QUERIES["item_claim"], QUERIES["item_complete_many"]
     done = 0
     with _connect(conninfo) as conn:
-        params = {
-            "queues": [queue],
-            "limits": [batch],
-            "leases": [lease],
-            "caps": [None],
-            "limit": batch,
-            "worker_id": "raw",
-            "relaxed": True,
-        }
+        params = _claim_params(queue, batch, lease)
         while True:
             rows = conn.execute(claim, params).fetchall()
             if not rows:
@@ -141,9 +146,7 @@ def _ops_loop(conninfo: str, n: int, batch: int, lease: float, out) -> None:
                     "relaxed": False,
                 },
             ).fetchall()
-        params = {"queues": ["raw.ops"], "limits": [batch], "leases": [lease], "caps": [None], "limit": batch}
-        params["worker_id"] = "raw"
-        params["relaxed"] = True
+        params = _claim_params("raw.ops", batch, lease)
         state = RUN_COLUMNS.index("state")
         while True:
             rows = conn.execute(claim, params).fetchall()

@@ -14,13 +14,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
 
 import psycopg
 from django.core.management import call_command
 from django.db import connection, connections
 
 from bench import rawsql
+from workqueue.testing import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,16 +129,6 @@ def _conninfo(settings_dict: dict, name: str) -> str:
     return " ".join(parts)
 
 
-def _url(settings_dict: dict, name: str) -> str:
-    s = settings_dict
-    user = quote(s.get("USER") or "postgres")
-    password = f":{quote(s['PASSWORD'])}" if s.get("PASSWORD") else ""
-    host = s.get("HOST") or (s.get("OPTIONS") or {}).get("host") or ""
-    if not host or host.startswith("/"):
-        return f"postgres://{user}{password}@/{name}?host={quote(host or '/var/run/postgresql')}"
-    return f"postgres://{user}{password}@{host}:{s.get('PORT') or 5432}/{name}"
-
-
 class ThrowawayDatabase:
     """CREATE a fresh database, point Django at it, migrate; DROP it again afterwards."""
 
@@ -154,7 +144,7 @@ class ThrowawayDatabase:
         connection.settings_dict["NAME"] = self.name
         call_command("migrate", verbosity=0, interactive=False)
         self.conninfo = _conninfo(self.original, self.name)
-        self.url = _url(self.original, self.name)
+        self.url = database_url()
         return self
 
     def __exit__(self, *exc):

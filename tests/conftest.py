@@ -13,10 +13,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,17 +29,6 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, message
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
-
-
-def database_url() -> str:
-    """A URL for the database this test run uses (the test database once it exists)."""
-    s = connection.settings_dict
-    user = quote(s.get("USER") or "postgres")
-    password = f":{quote(s['PASSWORD'])}" if s.get("PASSWORD") else ""
-    host = s.get("HOST") or (s.get("OPTIONS") or {}).get("host") or ""
-    if not host or host.startswith("/"):
-        return f"postgres://{user}{password}@/{s['NAME']}?host={quote(host or '/var/run/postgresql')}"
-    return f"postgres://{user}{password}@{host}:{s.get('PORT') or 5432}/{s['NAME']}"
 
 
 class WorkerProcess:
@@ -95,6 +82,8 @@ class WorkerProcess:
 
 @pytest.fixture
 def db_url(transactional_db) -> str:
+    from workqueue.testing import database_url
+
     return database_url()
 
 
@@ -123,6 +112,24 @@ def start_worker(subprocess_env):
     yield start
     for proc in started:
         proc.close()
+
+
+@pytest.fixture
+def start_ready_worker(start_worker):
+    """Start a runworker and wait until it has beaten once (its loop is running)."""
+    from workqueue.models import Worker
+
+    def start(worker_id: str, *args: str, **kwargs) -> WorkerProcess:
+        proc = start_worker("--worker-id", worker_id, *args, **kwargs)
+        wait_until(
+            lambda: Worker.objects.filter(pk=worker_id).exists() or not proc.alive(),
+            timeout=30,
+            message=f"worker {worker_id} to start",
+        )
+        assert proc.alive(), proc.output()
+        return proc
+
+    return start
 
 
 @pytest.fixture

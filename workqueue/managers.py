@@ -408,7 +408,7 @@ class WorkItemManager(WireLane, models.Manager):
                 lost.append(item)
         return settled, lost
 
-    def fail(self, item: Item, error: str, *, delay: float | None = None, permanent: bool = False) -> str:
+    def fail(self, item: Item, error: str, delay: float | None = None, permanent: bool = False) -> str:
         """Record a failed attempt: retry after the backoff while attempts remain, else fail.
 
         Returns ``"retried"`` or ``"failed"``; raises LeaseLost if the proof is stale.

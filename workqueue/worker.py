@@ -380,10 +380,8 @@ class Worker:
         try:
             handler.fn(item, ctx)
             outcome = "complete"
-        except Retry as exc:
-            self._fail(item, ctx, str(exc), delay=exc.delay)
-        except Permanent as exc:
-            self._fail(item, ctx, f"{exc.__class__.__name__}: {exc}", permanent=True)
+        except (Retry, Permanent) as exc:
+            self._fail(item, ctx, *failure_of(exc))
         except LeaseLost:
             log.warning("%r: lease lost while running; not settled", item)
             with self._lock:
@@ -393,7 +391,7 @@ class Worker:
         except _DB_ERRORS as exc:
             if connections[self.using].is_usable():
                 log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
-                self._fail(item, ctx, _describe(exc))
+                self._fail(item, ctx, *failure_of(exc))
             else:
                 # The connection died under the handler (a restart, a killed backend): not the
                 # item's fault, so it goes back without costing an attempt.
@@ -405,7 +403,7 @@ class Worker:
             # SystemExit and friends from a handler fail that item; they must not take a
             # runner thread (a slot of this worker's capacity) with them.
             log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
-            self._fail(item, ctx, _describe(exc))
+            self._fail(item, ctx, *failure_of(exc))
         finally:
             with self._lock:
                 self._running.pop(item.id, None)
@@ -425,7 +423,7 @@ class Worker:
             return
         self._finished(item, hold, ok=outcome == "complete")
 
-    def _fail(self, item: Item, ctx: Context, error: str, *, delay=None, permanent=False) -> None:
+    def _fail(self, item: Item, ctx: Context, error: str, delay=None, permanent=False) -> None:
         if ctx.settled:
             return
         from workqueue.models import WorkItem
@@ -588,6 +586,15 @@ def _drop_if_broken(using: str) -> None:
             conn.errors_occurred = False
         else:
             conn.close()
+
+
+def failure_of(exc: BaseException) -> tuple[str, float | None, bool]:
+    """How a handler's exception fails its item: (last_error, retry delay or None, permanent)."""
+    if isinstance(exc, Retry):
+        return str(exc), exc.delay, False
+    if isinstance(exc, Permanent):
+        return f"{exc.__class__.__name__}: {exc}", None, True
+    return _describe(exc), None, False
 
 
 def _describe(exc: BaseException) -> str:

@@ -171,19 +171,11 @@ def in_thread(fn, *args) -> threading.Thread:
 
 
 @pytest.fixture
-def ops_worker(start_worker):
+def ops_worker(start_ready_worker):
     """Start ``runworker --queue operations`` and wait until its loop is running."""
-    from workqueue.models import Worker as WorkerRow
 
     def start(worker_id: str, *args: str):
-        proc = start_worker("--queue", "operations", "--worker-id", worker_id, "--poll", "0.5", *args)
-        wait_until(
-            lambda: WorkerRow.objects.filter(pk=worker_id).exists() or not proc.alive(),
-            timeout=30,
-            message=f"worker {worker_id} to start",
-        )
-        assert proc.alive(), proc.output()
-        return proc
+        return start_ready_worker(worker_id, "--queue", "operations", "--poll", "0.5", *args)
 
     return start
 

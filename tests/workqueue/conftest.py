@@ -92,19 +92,6 @@ def listening_backends() -> set[int]:
 
 
 @pytest.fixture
-def make_worker_ready(start_worker):
+def make_worker_ready(start_ready_worker):
     """Start a runworker and wait until it has beaten once (its loop is running)."""
-    from tests.conftest import wait_until
-    from workqueue.models import Worker
-
-    def start(worker_id: str, *args: str, **kwargs):
-        proc = start_worker("--worker-id", worker_id, *args, **kwargs)
-        wait_until(
-            lambda: Worker.objects.filter(pk=worker_id).exists() or not proc.alive(),
-            timeout=30,
-            message=f"worker {worker_id} to start",
-        )
-        assert proc.alive(), proc.output()
-        return proc
-
-    return start
+    return start_ready_worker
