@@ -97,6 +97,8 @@ LOGGING = {
     "loggers": {
         "workqueue": {"handlers": ["console"], "level": env("WORKQUEUE_LOG_LEVEL", default="INFO")},
         "operations": {"handlers": ["console"], "level": env("WORKQUEUE_LOG_LEVEL", default="INFO")},
+        # Django logs every task's start and end at INFO; the demo runs hundreds a minute.
+        "django.tasks": {"level": "WARNING"},
     },
 }
 

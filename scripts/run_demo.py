@@ -41,6 +41,9 @@ def main() -> int:
 
     subprocess.check_call([*MANAGE, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env)
     subprocess.check_call([*MANAGE, "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, env=env)
+    # The sweeps cron would run; the worker below also runs them every 30 s (--maintenance).
+    for sweep in ("recover", "reap"):
+        subprocess.check_call([*MANAGE, sweep], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     setup = json.loads(subprocess.check_output([*MANAGE, "demo_setup", "--json"], cwd=ROOT, env=env))
     port = free_port(args.port)
     base = f"http://127.0.0.1:{port}"
