@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand
 import operations
 from project.demo import tasks
 from project.demo.kinds import ExportRequest
+from project.demo.management.commands.demo_setup import ENV_NAME
 from workqueue.models import Environment, WorkItem
 
 
@@ -19,7 +20,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         n = 0
-        env = Environment.objects.filter(kind="self_hosted").order_by("created_at").first()
+        env = Environment.objects.filter(name=ENV_NAME).first()  # the one `make run` prints
         while True:
             n += 1
             stamp = f"{int(time.time())}-{n}"
