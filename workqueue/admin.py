@@ -469,11 +469,11 @@ class EnvironmentAdmin(KeyCreatingAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(KeyCreatingAdmin):
-    list_display = ("name", "key_hint_display", "status_display", "created_at", "last_used_at")
+    list_display = ("name", "key_hint_display", "status_display", "created_at")
     list_filter = ("revoked",)
     search_fields = ("name",)
-    fields = ("name", "key_hint_display", "status_display", "created_at", "last_used_at")
-    readonly_fields = ("key_hint_display", "status_display", "created_at", "last_used_at")
+    fields = ("name", "key_hint_display", "status_display", "created_at")
+    readonly_fields = ("key_hint_display", "status_display", "created_at")
     actions = ("revoke",)
     key_noun = "API key"
 

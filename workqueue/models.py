@@ -231,7 +231,6 @@ class ApiKey(models.Model):
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
     key_hint = models.CharField(max_length=16, editable=False)
     created_at = models.DateTimeField(db_default=Now(), editable=False)
-    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked = models.BooleanField(default=False)
 
     class Meta:
