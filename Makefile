@@ -35,9 +35,9 @@ run: $(STAMP)
 test: $(STAMP)
 	$(DEVDB) $(PY) -m pytest $(PYTEST_ARGS)
 
-## test-django52: the django.tasks backend and core queue tests on Django 5.2 LTS + the django-tasks backport.
+## test-django52: the django.tasks backend, the admin and a worker smoke test on Django 5.2 LTS + the django-tasks backport.
 test-django52: $(STAMP52)
-	$(VENV52)/bin/python scripts/devdb.py run -- $(VENV52)/bin/python -m pytest tests/tasks tests/workqueue/test_smoke.py $(PYTEST_ARGS)
+	$(VENV52)/bin/python scripts/devdb.py run -- $(VENV52)/bin/python -m pytest tests/tasks tests/admin tests/admin_ops tests/workqueue/test_smoke.py $(PYTEST_ARGS)
 
 ## check: Django's system checks and the migrations-are-committed check.
 check: $(STAMP)

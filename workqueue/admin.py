@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import django
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.auth import get_permission_codename
@@ -264,6 +265,8 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
             refresh = 0
         context = {
             **self.admin_site.each_context(request),
+            # Django 5.2's admin styles div.breadcrumbs; 6.x styles ol.breadcrumbs.
+            "legacy_breadcrumbs": django.VERSION < (6, 0),
             "title": "Queue dashboard",
             "opts": self.opts,
             "app_label": self.opts.app_label,
@@ -456,6 +459,8 @@ class EnvironmentAdmin(KeyCreatingAdmin):
             return HttpResponseRedirect(change_url)
         context = {
             **self.admin_site.each_context(request),
+            # Django 5.2's admin styles div.breadcrumbs; 6.x styles ol.breadcrumbs.
+            "legacy_breadcrumbs": django.VERSION < (6, 0),
             "title": "Rotate the environment key?",
             "subtitle": str(env),
             "opts": self.opts,

@@ -161,7 +161,9 @@ def test_a_selection_too_large_is_refused_and_changes_nothing(admin_client, monk
 
 
 def counts_over_work_items(ctx) -> list[str]:
-    return [q["sql"] for q in ctx.captured_queries if "COUNT(" in q["sql"].upper() and '"work_items"' in q["sql"]]
+    # (Django 5.2 records no SQL text for statements run on a server-side-binding cursor.)
+    texts = [q["sql"] or "" for q in ctx.captured_queries]
+    return [sql for sql in texts if "COUNT(" in sql.upper() and '"work_items"' in sql]
 
 
 def test_the_unfiltered_list_reads_the_planner_estimate_instead_of_counting(admin_client, monkeypatch):
@@ -204,5 +206,5 @@ def test_environments_are_joined_not_fetched_per_row(admin_client):
     with CaptureQueriesContext(connection) as ctx:
         page = admin_client.get(CHANGELIST).content.decode()
     assert all(f"env-{i} (cloud)" in page for i in range(3))
-    per_row = [q["sql"] for q in ctx.captured_queries if 'WHERE "work_environments"."id" =' in q["sql"]]
+    per_row = [q["sql"] for q in ctx.captured_queries if 'WHERE "work_environments"."id" =' in (q["sql"] or "")]
     assert per_row == []
