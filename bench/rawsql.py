@@ -101,11 +101,11 @@ def _drain_loop(conninfo: str, queue: str, batch: int, lease: float, out) -> Non
     out.put(done)
 
 
-def drain(conninfo: str, queue: str, *, connections: int, batch: int, lease: float = 30.0) -> tuple[int, float]:
-    """Claim and complete everything queued on ``queue`` from N processes; return (items, items/s)."""
+def _in_processes(target, args: tuple, count: int) -> tuple[int, float]:
+    """Run ``target(*args, out)`` in ``count`` fresh processes; return (sum of what they put, seconds)."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_drain_loop, args=(conninfo, queue, batch, lease, out)) for _ in range(connections)]
+    procs = [ctx.Process(target=target, args=(*args, out)) for _ in range(count)]
     started = time.perf_counter()
     for p in procs:
         p.start()
@@ -113,6 +113,12 @@ def drain(conninfo: str, queue: str, *, connections: int, batch: int, lease: flo
     elapsed = time.perf_counter() - started
     for p in procs:
         p.join()
+    return total, elapsed
+
+
+def drain(conninfo: str, queue: str, *, connections: int, batch: int, lease: float = 30.0) -> tuple[int, float]:
+    """Claim and complete everything queued on ``queue`` from N processes; return (items, items/s)."""
+    total, elapsed = _in_processes(_drain_loop, (conninfo, queue, batch, lease), connections)
     return total, total / elapsed
 
 
@@ -183,15 +189,5 @@ def _ops_loop(conninfo: str, n: int, batch: int, lease: float, out) -> None:
 
 def operations_life(conninfo: str, n: int, *, connections: int, batch: int, lease: float = 120.0) -> float:
     """Ops/s for the operations statements (start, claim, begin, finish) from N tight loops."""
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    share = n // connections
-    procs = [ctx.Process(target=_ops_loop, args=(conninfo, share, batch, lease, out)) for _ in range(connections)]
-    started = time.perf_counter()
-    for p in procs:
-        p.start()
-    total = sum(out.get() for _ in procs)
-    elapsed = time.perf_counter() - started
-    for p in procs:
-        p.join()
+    total, elapsed = _in_processes(_ops_loop, (conninfo, n // connections, batch, lease), connections)
     return total / elapsed
