@@ -94,6 +94,8 @@ class Report:
             ratio = f"{r.ratio:.2f}" if r.ratio is not None else ""
             value = f"{r.value:,.1f}" if r.value < 100 else f"{r.value:,.0f}"
             lines.append(f"{r.name:<46} {value:>12}  {r.unit:<10} {ceiling:>12}  {ratio:>6}  {r.note}")
+        if self.meta.get("quick"):
+            lines.append("(--quick: too few items for these figures to mean anything; it only proves the command runs)")
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
