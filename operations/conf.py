@@ -25,6 +25,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from operations.exceptions import OperationsSettingsError
+from workqueue.conf import QUEUE_NAME, count, known_keys, seconds
 
 DAY = 86400.0
 
@@ -62,18 +63,6 @@ _COUNTS = {"REAP_BATCH", "RECOVER_BATCH", "MAX_ATTEMPTS", "WATCHER_MAX_SUBSCRIPT
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
-def _seconds(key: str, value: object, *, allow_zero: bool = False) -> float:
-    import datetime as dt
-
-    if isinstance(value, dt.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise OperationsSettingsError(f"OPERATIONS[{key!r}] must be a number of seconds or a timedelta, not {value!r}.")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise OperationsSettingsError(f"OPERATIONS[{key!r}] must be greater than 0, not {value!r}.")
-    return float(value)
-
-
 class OperationsSettings:
     """The validated ``OPERATIONS`` setting. Read it with :func:`ops_settings`."""
 
@@ -81,23 +70,15 @@ class OperationsSettings:
         raw = {} if raw is None else raw
         if not isinstance(raw, dict):
             raise OperationsSettingsError(f"OPERATIONS must be a dict, not {type(raw).__name__}.")
-        unknown = sorted(set(raw) - set(DEFAULTS))
-        if unknown:
-            raise OperationsSettingsError(
-                f"OPERATIONS has unknown key(s) {', '.join(map(repr, unknown))}; "
-                f"known keys are {', '.join(sorted(DEFAULTS))}."
-            )
+        known_keys(raw, DEFAULTS, what="OPERATIONS", error=OperationsSettingsError)
         merged = {**DEFAULTS, **raw}
         for key in _DURATIONS | _ZERO_OK:
-            setattr(self, key.lower(), _seconds(key, merged[key], allow_zero=key in _ZERO_OK))
-        for key in _COUNTS:
-            value = merged[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise OperationsSettingsError(
-                    f"OPERATIONS[{key!r}] must be an integer >= 1, not {value!r}"
-                    + (" (attempts are never unlimited)." if key == "MAX_ATTEMPTS" else ".")
-                )
+            what = f"OPERATIONS[{key!r}]"
+            value = seconds(merged[key], what=what, allow_zero=key in _ZERO_OK, error=OperationsSettingsError)
             setattr(self, key.lower(), value)
+        for key in _COUNTS:
+            what = f"OPERATIONS[{key!r}]" + (" (attempts are never unlimited)" if key == "MAX_ATTEMPTS" else "")
+            setattr(self, key.lower(), count(merged[key], what=what, error=OperationsSettingsError))
         prefix = merged["TABLE_PREFIX"]
         if not isinstance(prefix, str) or (prefix and not _IDENT.match(prefix)) or prefix.endswith("_"):
             raise OperationsSettingsError(
@@ -111,8 +92,6 @@ class OperationsSettings:
                 f"OPERATIONS['NOTIFY_CHANNEL'] must be '' or a lowercase SQL identifier, not {channel!r}."
             )
         self.notify_channel: str = channel
-        from workqueue.conf import QUEUE_NAME
-
         queue = merged["QUEUE"]
         if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
             raise OperationsSettingsError(f"OPERATIONS['QUEUE'] must be a queue name, not {queue!r}.")

@@ -113,38 +113,57 @@ _DURATIONS = {
 _COUNTS = {"BATCH", "CONCURRENCY", "RECOVER_BATCH", "REAP_BATCH", "FINALIZE_BATCH"}
 
 
-def seconds(value: object, *, what: str, allow_none: bool = False, allow_zero: bool = False) -> float | None:
-    """Turn a duration setting into seconds, or raise WorkqueueSettingsError naming it."""
+def seconds(
+    value: object,
+    *,
+    what: str,
+    allow_none: bool = False,
+    allow_zero: bool = False,
+    error: type[Exception] = WorkqueueSettingsError,
+) -> float | None:
+    """Turn a duration setting into seconds, or raise ``error`` naming it."""
     if value is None and allow_none:
         return None
     if isinstance(value, dt.timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise WorkqueueSettingsError(
+        raise error(
             f"{what} must be a number of seconds or a timedelta{' or None' if allow_none else ''}, not {value!r}."
         )
     if value < 0 or (value == 0 and not allow_zero):
-        raise WorkqueueSettingsError(f"{what} must be greater than 0, not {value!r}.")
+        raise error(f"{what} must be greater than 0, not {value!r}.")
     return float(value)
 
 
-def _count(value: object, *, what: str, allow_none: bool = False, minimum: int = 1) -> int | None:
+def count(
+    value: object,
+    *,
+    what: str,
+    allow_none: bool = False,
+    minimum: int = 1,
+    error: type[Exception] = WorkqueueSettingsError,
+) -> int | None:
+    """Check a count setting (an integer >= minimum), or raise ``error`` naming it."""
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise WorkqueueSettingsError(f"{what} must be an integer >= {minimum}, not {value!r}.")
+        raise error(f"{what} must be an integer >= {minimum}, not {value!r}.")
     return value
+
+
+def known_keys(raw: dict, known, *, what: str, error: type[Exception] = WorkqueueSettingsError) -> None:
+    """Refuse keys a settings dict does not know, naming them and the ones it does."""
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise error(
+            f"{what} has unknown key(s) {', '.join(map(repr, unknown))}; known keys are {', '.join(sorted(known))}."
+        )
 
 
 def _queue(name: str, raw: object, base: QueueSettings, where: str) -> QueueSettings:
     if not isinstance(raw, dict):
         raise WorkqueueSettingsError(f"{where} must be a dict of queue settings, not {raw!r}.")
-    unknown = sorted(set(raw) - QUEUE_KEYS)
-    if unknown:
-        raise WorkqueueSettingsError(
-            f"{where} has unknown key(s) {', '.join(map(repr, unknown))}; "
-            f"known keys are {', '.join(sorted(QUEUE_KEYS))}."
-        )
+    known_keys(raw, QUEUE_KEYS, what=where)
     values: dict[str, object] = {}
     for key, value in raw.items():
         what = f"{where}[{key!r}]"
@@ -153,11 +172,11 @@ def _queue(name: str, raw: object, base: QueueSettings, where: str) -> QueueSett
         elif key in ("hard_timeout", "stall"):
             values[key] = seconds(value, what=what, allow_none=True)
         elif key == "max_attempts":
-            values[key] = _count(value, what=what)
+            values[key] = count(value, what=what)
         elif key == "max_running":
-            values[key] = _count(value, what=what, allow_none=True)
+            values[key] = count(value, what=what, allow_none=True)
         elif key == "priority":
-            values[key] = _count(value, what=what, minimum=-(2**31))
+            values[key] = count(value, what=what, minimum=-(2**31))
         elif key == "retry_backoff":
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 1:
                 raise WorkqueueSettingsError(f"{what} must be a number >= 1, not {value!r}.")
@@ -177,17 +196,12 @@ class WorkqueueSettings:
             raw = {}
         if not isinstance(raw, dict):
             raise WorkqueueSettingsError(f"WORKQUEUE must be a dict, not {type(raw).__name__}.")
-        unknown = sorted(set(raw) - set(DEFAULTS))
-        if unknown:
-            raise WorkqueueSettingsError(
-                f"WORKQUEUE has unknown key(s) {', '.join(map(repr, unknown))}; "
-                f"known keys are {', '.join(sorted(DEFAULTS))}."
-            )
+        known_keys(raw, DEFAULTS, what="WORKQUEUE")
         merged = {**DEFAULTS, **raw}
         for key in _DURATIONS:
             setattr(self, key.lower(), seconds(merged[key], what=f"WORKQUEUE[{key!r}]"))
         for key in _COUNTS:
-            setattr(self, key.lower(), _count(merged[key], what=f"WORKQUEUE[{key!r}]"))
+            setattr(self, key.lower(), count(merged[key], what=f"WORKQUEUE[{key!r}]"))
         for key in ("NOTIFY_CHANNEL",):
             value = merged[key]
             if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", value):
