@@ -16,6 +16,7 @@ WORKQUEUE = {
         **WORKQUEUE["QUEUES"],
         "test.noop": {},
         "test.record": {"lease": 5},
+        "test.batched": {"lease": 5},
         "test.fail": {"max_attempts": 3, "retry_delay": 0, "retry_backoff": 1},
         "test.hang": {"lease": 2, "max_attempts": 3},
         "test.crash": {"lease": 2, "max_attempts": 2},

@@ -101,28 +101,50 @@ class ClaimResult:
 
 
 def validate_metadata(metadata: object, *, allow_null_values: bool = False) -> dict:
-    """Check work item metadata: a string→string map within the size limits."""
+    """Check work item metadata: string keys to string values (or null, to delete, in a patch),
+    within the size limits; raise InvalidMetadata naming every problem (the first few keys)."""
     if metadata is None:
         return {}
+    kinds = "string or null values" if allow_null_values else "string values"
     if not isinstance(metadata, dict):
-        raise InvalidMetadata([f"metadata must be an object of string values, not {type(metadata).__name__}"])
+        raise InvalidMetadata([f"metadata must be an object of {kinds}, not {type(metadata).__name__}"])
     problems = []
     if len(metadata) > METADATA_MAX_KEYS:
         problems.append(f"at most {METADATA_MAX_KEYS} keys are allowed, got {len(metadata)}")
-    for key, value in metadata.items():
+    for key, value in list(metadata.items())[: METADATA_MAX_KEYS + 4]:
         if not isinstance(key, str) or not key:
             problems.append(f"key {key!r} must be a non-empty string")
-        elif len(key) > METADATA_MAX_KEY_LENGTH:
-            problems.append(f"key {key[:20]!r}… is longer than {METADATA_MAX_KEY_LENGTH} characters")
+            continue
+        shown = repr(key[:40]) + ("…" if len(key) > 40 else "")
+        if len(key) > METADATA_MAX_KEY_LENGTH:
+            problems.append(f"key {shown} is longer than {METADATA_MAX_KEY_LENGTH} characters")
+        elif not _storable(key):
+            problems.append(f"key {shown} contains a NUL or an unpaired surrogate")
         if value is None and allow_null_values:
             continue
         if not isinstance(value, str):
-            problems.append(f"value of {key!r} must be a string, not {type(value).__name__}")
+            problems.append(
+                f"value of {shown} must be a {kinds.split()[0]}{' or null' if allow_null_values else ''}, "
+                f"not {type(value).__name__}"
+            )
         elif len(value) > METADATA_MAX_VALUE_LENGTH:
-            problems.append(f"value of {key!r} is longer than {METADATA_MAX_VALUE_LENGTH} characters")
+            problems.append(f"value of {shown} is longer than {METADATA_MAX_VALUE_LENGTH} characters")
+        elif not _storable(value):
+            problems.append(f"value of {shown} contains a NUL or an unpaired surrogate")
     if problems:
         raise InvalidMetadata(problems)
     return metadata
+
+
+def _storable(text: str) -> bool:
+    """Whether PostgreSQL can store the text (no NUL, valid UTF-8: no lone surrogates)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_queue(queue: object) -> str:
@@ -400,12 +422,10 @@ class WorkItemManager(WireLane, models.Manager):
         )
         done = {r[0] for r in rows}
         settled, lost = [], []
+        # The Items keep their proof: a settlement inside the caller's transaction can still
+        # roll back, and then the proof is what the holder (and its lease keeper) needs.
         for item in items:
-            if item.id in done:
-                item.state, item.outcome, item.lease_token = "stopped", outcome, None
-                settled.append(item)
-            else:
-                lost.append(item)
+            (settled if item.id in done else lost).append(item)
         return settled, lost
 
     def fail(self, item: Item, error: str, delay: float | None = None, permanent: bool = False) -> str:
@@ -413,7 +433,7 @@ class WorkItemManager(WireLane, models.Manager):
 
         Returns ``"retried"`` or ``"failed"``; raises LeaseLost if the proof is stale.
         """
-        error = str(error)[:8192]
+        error = str(error).replace("\x00", "\\0")[:8192]
         if permanent or item.attempts >= item.max_attempts:
             rows = sql.run("item_fail", {"id": item.id, "token": item.lease_token, "error": error}, using=self.db)
             verdict = "failed"
@@ -428,15 +448,12 @@ class WorkItemManager(WireLane, models.Manager):
             verdict = "retried"
         if not rows:
             raise LeaseLost()
-        item.lease_token = None
-        item.state = "stopped" if verdict == "failed" else "queued"
         return verdict
 
     def requeue(self, item: Item) -> None:
         """Hand a held item back to queued (ready now) under its live slot: follow-on work."""
         if not sql.run("item_requeue", {"id": item.id, "token": item.lease_token}, using=self.db):
             raise LeaseLost()
-        item.lease_token, item.state = None, "queued"
 
     def release_many(self, items: Sequence[Item]) -> list[int]:
         """Give held items back to queued, refunding the attempt their claim charged."""

@@ -223,8 +223,8 @@ class Worker:
             t = threading.Thread(target=self._runner, name=f"workqueue-runner-{n}", daemon=True)
             t.start()
             self._threads.append(t)
-        settler = threading.Thread(target=self._settler, name="workqueue-settler", daemon=True)
-        settler.start()
+        self._settler_thread = threading.Thread(target=self._settler, name="workqueue-settler", daemon=True)
+        self._settler_thread.start()
         log.info(
             "worker %s serving %s (concurrency %d, batch %d, poll %.1fs)",
             self.worker_id,
@@ -260,6 +260,14 @@ class Worker:
                         exc,
                         backoff,
                     )
+                    self._reset_connection()
+                    self._stopping.wait(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                except Exception:
+                    # A bug (a hook's, a statement's) must not end the worker, or its supervisor
+                    # restarts it into the same error: log it, back off, and go on.
+                    log.exception("claim pass failed; retrying in %.2fs", backoff)
                     self._reset_connection()
                     self._stopping.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
@@ -359,7 +367,14 @@ class Worker:
                 item = self._runq.get()
                 if item is None:
                     return
-                self._run_one(item)
+                try:
+                    self._run_one(item)
+                except Exception:
+                    # Never lose a runner (a slot of capacity) or leave the item counted in flight.
+                    log.exception("%r: runner error; its lease will lapse and it will be retried", item)
+                    with self._lock:
+                        hold = self._holds.get(item.id)
+                    self._finished(item, hold, ok=False)
         finally:
             connections.close_all()
 
@@ -371,8 +386,17 @@ class Worker:
             return
         with self._lock:
             hold = self._holds.get(item.id)
-            ctx = Context(item, hold, self.worker_id, self.using)
-            self._running[item.id] = ctx
+            if hold is not None and hold.is_cancelled():
+                ctx = None  # lost (or given up) while it waited here: someone else may have it now
+            else:
+                ctx = Context(item, hold, self.worker_id, self.using)
+                self._running[item.id] = ctx
+        if ctx is None:
+            log.warning("%r: its lease went while it waited to start (%s); not running it", item, hold.reason)
+            self._finished(item, hold, ok=False)
+            return
+        if hold is not None:
+            hold.progress()  # the stall budget counts from the start, not from the claim
         if handler.renews_lease:
             # The handler keeps its own lease from here on (operations' progress flushes).
             self.keeper.drop(hold)
@@ -440,12 +464,16 @@ class Worker:
             except _DB_ERRORS:
                 connections[self.using].close()
                 time.sleep(0.2 * (attempt + 1))
+            except Exception:
+                log.exception("%r: could not record the failure", item)
+                break
         log.error("%r: could not record the failure; its lease will lapse and it will be retried", item)
 
     def _finished(self, item: Item, hold: Hold | None, *, ok: bool) -> None:
-        self.keeper.drop(hold)
+        """Account for an item this worker is done with (once: a second call does nothing)."""
         with self._lock:
-            self._holds.pop(item.id, None)
+            if self._holds.pop(item.id, _GONE) is _GONE:
+                return
             self.inflight -= 1
             self.processed += 1
             if ok:
@@ -453,6 +481,7 @@ class Worker:
             else:
                 self.failed += 1
             refill = self.inflight <= self.refill_at
+        self.keeper.drop(hold)
         if refill:
             self.wake.set()
 
@@ -483,6 +512,10 @@ class Worker:
                         log.warning("settling %d items failed (%s); retrying", len(batch), exc.__class__.__name__)
                         connections[self.using].close()
                         time.sleep(0.2 * (attempt + 1))
+                    except Exception:
+                        log.exception("settling %d items failed; their leases will lapse", len(batch))
+                        lost = [item for item, _ in batch]
+                        break
                 else:
                     lost = [item for item, _ in batch]
                 if lost:
@@ -530,6 +563,7 @@ class Worker:
             for ctx in leftover:
                 if ctx._hold is not None:
                     ctx._hold.cancel("shutdown")
+                    self.keeper.drop(ctx._hold)  # released: nothing left to renew
                 else:
                     ctx.cancelled.set()
         for _ in self._threads:
@@ -539,6 +573,7 @@ class Worker:
             self._settle_cv.notify_all()
         for t in self._threads:
             t.join(0.5 if leftover else 5.0)
+        self._settler_thread.join(10)  # what finished in the grace period gets settled
         self.keeper.close()
         try:
             self._beat("stopped", force=True)
@@ -572,6 +607,9 @@ class Worker:
             log.info("released %d item(s) back to queued (%s)", len(released), why)
         except Exception:
             log.exception("could not release %d item(s); their leases will lapse", len(items))
+
+
+_GONE = object()
 
 
 def _drop_if_broken(using: str) -> None:

@@ -3,6 +3,8 @@
 - test.noop: returns.
 - test.record: records a Completion row in the same transaction it completes the item,
   so a count of Completions per key is a count of successful settlements.
+- test.batched: records a Completion row (one per run) and returns without settling, so the
+  worker's batched completion settles the item.
 - test.fail: always raises.
 - test.hang: waits until cancelled (or metadata["seconds"]), then returns.
 - test.crash: kills its own process with SIGKILL (a poison item).
@@ -63,6 +65,11 @@ def holdonce(item, ctx):
     with transaction.atomic():
         _record(item, ctx)
         ctx.complete()
+
+
+@handlers.register("test.batched")
+def batched(item, ctx):
+    _record(item, ctx)
 
 
 @handlers.register("test.fail")

@@ -163,13 +163,11 @@ def test_blocking_poll_wakes_on_enqueue(sdk, env):
 
     thread = threading.Thread(target=later)
     thread.start()
-    started = time.monotonic()
     item = work.poll(env.id, block_ms=999)
-    elapsed = time.monotonic() - started
     thread.join()
+    # A blocked poll looks again only when woken: it does not retry when block_ms runs out, so
+    # getting the item enqueued 0.2 s into the wait is the proof that the NOTIFY woke it.
     assert item is not None and item.data.id == "late_0"
-    # Without the NOTIFY the poll would only retry when block_ms ran out (~1 s).
-    assert elapsed < 0.95
 
 
 def test_heartbeat_accepts_its_parameters_in_a_json_body(http, sdk, env):

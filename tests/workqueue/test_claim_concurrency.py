@@ -72,6 +72,28 @@ def test_four_workers_and_two_claiming_threads_drain_2000_items_each_exactly_onc
     assert set(WorkItem.objects.values_list("attempts", flat=True)) == {1}
 
 
+def test_workers_settling_in_batches_run_each_item_once_and_settle_it_once(make_worker_ready):
+    # test.batched records each run and returns: the worker's settler completes items many
+    # per statement, which is the path no-op throughput depends on.
+    procs = [
+        make_worker_ready(f"batch-{n}", "--queue", "test.batched", "--concurrency", "4", "--batch", "50")
+        for n in range(3)
+    ]
+    keys = [f"b{i}" for i in range(2000)]
+    WorkItem.objects.enqueue_many([("test.batched", k) for k in keys])
+    wait_until(lambda: not WorkItem.objects.live().exists(), timeout=90, message="the queue to drain")
+    for proc in procs:
+        proc.signal(signal.SIGTERM)
+    for proc in procs:
+        assert proc.wait(30) == 0, proc.output()[-3000:]
+        assert "0 leases lost" in proc.output(), proc.output()[-2000:]
+    per_key = Counter(Completion.objects.values_list("key", flat=True))
+    assert set(per_key) == set(keys) and max(per_key.values()) == 1
+    assert WorkItem.objects.filter(queue="test.batched").succeeded().count() == 2000
+    assert set(WorkItem.objects.values_list("attempts", flat=True)) == {1}
+    assert len(set(Completion.objects.values_list("worker_id", flat=True))) == 3
+
+
 class HeldSampler(threading.Thread):
     """Sample how many items of a queue are held under a live lease, every 20 ms."""
 

@@ -138,7 +138,10 @@ settled AS (
     WHERE w.id = c.id AND c.lapsed AND c.spent
     RETURNING {claimed}, w.run_after AS claim_run_after
 )
-SELECT handed.*, {relaxed}
+SELECT handed.*,
+       -- {relaxed}, except when this claim failed spent items: terminal writes wait for disk.
+       (SELECT set_config('synchronous_commit', 'off', true)
+        WHERE %(relaxed)s::bool AND NOT EXISTS (SELECT 1 FROM settled)) AS relaxed_commit
 FROM (SELECT * FROM claimed UNION ALL SELECT * FROM settled) AS handed
 ORDER BY handed.priority DESC, handed.claim_run_after, handed.id;
 

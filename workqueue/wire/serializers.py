@@ -10,12 +10,8 @@ import datetime as dt
 import json
 import re
 
-from workqueue.exceptions import InvalidInput, InvalidMetadata
-from workqueue.managers import (
-    METADATA_MAX_KEY_LENGTH,
-    METADATA_MAX_KEYS,
-    METADATA_MAX_VALUE_LENGTH,
-)
+from workqueue.exceptions import InvalidInput
+from workqueue.managers import validate_metadata
 
 _INTEGER = re.compile(r"-?[0-9]{1,18}", re.ASCII)
 _WORK_ID = re.compile(r"work_[A-Za-z0-9_-]{1,59}", re.ASCII)
@@ -155,45 +151,9 @@ def text(value: object, name: str, *, max_length: int = 200) -> str | None:
     return value
 
 
-def _storable(value: str) -> bool:
-    # PostgreSQL text cannot hold NUL, and lone surrogates cannot be encoded to UTF-8.
-    if "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def metadata_patch(value: object) -> dict[str, str | None]:
     """Check a metadata patch: string keys → string (upsert) or null (delete), within the limits."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidMetadata([f"metadata must be an object of string or null values, not {type(value).__name__}"])
-    problems = []
-    if len(value) > METADATA_MAX_KEYS:
-        problems.append(f"at most {METADATA_MAX_KEYS} keys are allowed, got {len(value)}")
-    for key, item in list(value.items())[: METADATA_MAX_KEYS + 4]:
-        shown = repr(key[:40]) + ("…" if len(key) > 40 else "")
-        if not key:
-            problems.append("keys must be non-empty strings")
-        elif len(key) > METADATA_MAX_KEY_LENGTH:
-            problems.append(f"key {shown} is longer than {METADATA_MAX_KEY_LENGTH} characters")
-        elif not _storable(key):
-            problems.append(f"key {shown} contains a NUL or an unpaired surrogate")
-        if item is None:
-            continue
-        if not isinstance(item, str):
-            problems.append(f"value of {shown} must be a string or null, not {type(item).__name__}")
-        elif len(item) > METADATA_MAX_VALUE_LENGTH:
-            problems.append(f"value of {shown} is longer than {METADATA_MAX_VALUE_LENGTH} characters")
-        elif not _storable(item):
-            problems.append(f"value of {shown} contains a NUL or an unpaired surrogate")
-    if problems:
-        raise InvalidMetadata(problems)
-    return value
+    return validate_metadata(value, allow_null_values=True)
 
 
 def worker_id(value: str | None) -> str | None:

@@ -31,7 +31,6 @@ RESERVE_MAX_MS = 3_600_000
 BLOCK_MAX_MS = 999
 LIST_DEFAULT_LIMIT = 20
 LIST_MAX_LIMIT = 100
-METADATA_MAX_KEYS = 16
 
 _FIRST_PAGE = (dt.datetime(9999, 12, 31, tzinfo=dt.UTC), 2**63 - 1)
 
@@ -284,6 +283,8 @@ class WireLane:
         The caller validates the patch (``workqueue.wire.serializers.metadata_patch``); a
         merge that would leave more than 16 keys is refused and changes nothing.
         """
+        from workqueue.managers import METADATA_MAX_KEYS  # (managers imports this module)
+
         if not patch:
             return self._wire_item(environment_id, work_id)
         upserts = {k: v for k, v in patch.items() if v is not None}
