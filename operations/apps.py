@@ -13,10 +13,14 @@ class OperationsConfig(AppConfig):
             sweeps,
         )
         from operations.conf import ops_settings
+        from operations.exceptions import OperationsSettingsError
         from workqueue import handlers, hooks
         from workqueue.conf import declare_queue
 
-        conf = ops_settings()
+        try:
+            conf = ops_settings()
+        except OperationsSettingsError:
+            return  # operations.E001 names the bad value; nothing to wire up until it is fixed
         for queue in conf.queues:
             # The operations defaults for their own queues; a site's WORKQUEUE entry still wins.
             declare_queue(queue, lease=conf.lease, retry_delay=conf.retry_delay, max_attempts=conf.max_attempts)

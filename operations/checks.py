@@ -6,12 +6,16 @@ from django.core import checks
 
 from operations.exceptions import OperationsSettingsError
 
+# Per-queue WORKQUEUE keys an operations queue does not use: begin moves the item's lease to
+# OPERATIONS["LEASE"], and retries follow the kind's delay_after and max_attempts.
+OPS_OWN_KEYS = frozenset({"lease", "retry_delay", "retry_backoff", "max_retry_delay", "max_attempts"})
+
 
 @checks.register("operations")
 def check_settings(app_configs=None, **kwargs):
     from django.conf import settings
 
-    from operations.conf import OperationsSettings, configured_table
+    from operations.conf import OperationsSettings
 
     try:
         conf = OperationsSettings(getattr(settings, "OPERATIONS", None))
@@ -23,8 +27,10 @@ def check_settings(app_configs=None, **kwargs):
                 id="operations.E001",
             )
         ]
+    from operations.models import Operation
+
     errors = []
-    if conf.table != configured_table():
+    if conf.table != Operation._meta.db_table:
         errors.append(
             checks.Error(
                 "OPERATIONS['TABLE_PREFIX'] changed after the models were loaded.",
@@ -39,7 +45,19 @@ def check_settings(app_configs=None, **kwargs):
         wq = wq_settings()
     except WorkqueueSettingsError:
         return errors  # workqueue.E001 names the bad WORKQUEUE value
+    site_queues = (getattr(settings, "WORKQUEUE", None) or {}).get("QUEUES") or {}
     for queue in conf.queues:
+        ignored = sorted(OPS_OWN_KEYS.intersection(site_queues.get(queue) or {}))
+        if ignored:
+            errors.append(
+                checks.Warning(
+                    f"WORKQUEUE['QUEUES'][{queue!r}] sets {', '.join(ignored)}, but operations on that queue take "
+                    "their lease, retry delay and attempts from OPERATIONS (and the kind).",
+                    hint="Set OPERATIONS['LEASE'], ['RETRY_DELAY'], ['MAX_ATTEMPTS'] (or a kind's max_attempts) "
+                    "instead, and drop those keys from the queue's entry.",
+                    id="operations.W001",
+                )
+            )
         qconf = wq.queue(queue)
         if qconf.over_wire:
             errors.append(

@@ -36,7 +36,7 @@ item AS (
     ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active') DO NOTHING
     RETURNING pg_notify(%(queue_channel)s::text, w.queue)
 )
-SELECT ins.*, (SELECT count(*) FROM item) AS enqueued FROM ins;
+SELECT ins.* FROM ins;
 
 
 -- name: op_get_many
@@ -59,6 +59,9 @@ WITH began AS (
     WHERE o.id = %(id)s
       AND (o.state = 'pending' OR (o.state = 'running' AND o.claimed_until < now()))
       AND o.attempts < o.max_attempts
+      -- and only while this worker still holds the work item (one lease for both rows)
+      AND EXISTS (SELECT 1 FROM work_items w WHERE w.id = %(item_id)s AND w.lease_token = %(token)s
+                  AND w.state IN ('starting', 'active'))
     RETURNING {op_run}
 ),
 item AS (

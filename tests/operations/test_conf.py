@@ -64,3 +64,25 @@ def test_manage_py_check_names_a_bad_value():
         pytest.raises(SystemCheckError, match=r"operations\.E001.*PROGRESS_INTERVAL"),
     ):
         call_command("check", "--fail-level", "ERROR")
+
+
+def _operations_checks():
+    from django.core.checks import run_checks
+
+    return [e for e in run_checks() if e.id.startswith("operations.")]
+
+
+def test_the_test_settings_pass_the_checks():
+    assert _operations_checks() == []
+
+
+def test_queue_settings_that_operations_ignore_are_warned_about_by_name():
+    with override_settings(WORKQUEUE={"QUEUES": {"operations": {"lease": 600, "max_attempts": 9, "priority": 2}}}):
+        found = _operations_checks()
+    assert [e.id for e in found] == ["operations.W001"]
+    assert "lease, max_attempts" in found[0].msg and "priority" not in found[0].msg
+
+
+def test_an_operations_queue_served_over_the_wire_is_an_error():
+    with override_settings(WORKQUEUE={"QUEUES": {"operations": {"over_wire": True}}}):
+        assert [e.id for e in _operations_checks()] == ["operations.E003"]

@@ -6,6 +6,8 @@ connection, which only sees committed rows.
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 import operations
@@ -254,6 +256,16 @@ def test_exactly_one_of_many_concurrent_begins_wins():
     assert len(winners) == 1
     row = op_row(op.id)
     assert (row.state, row.attempts, len(row.attempt_log)) == ("running", 1, 1)
+
+
+def test_begin_needs_the_work_item_held_under_the_same_token():
+    op = operations.start("test.ops.count", {})
+    item = WorkItem.objects.claim(["operations"], limit=1, worker_id="claimer").items[0]
+    params = {"id": op.id, "item_id": item.id, "lease": 3, "worker_id": "w"}
+    assert store.run("op_begin", {**params, "token": uuid.uuid4()}) == []
+    row = op_row(op.id)
+    assert (row.state, row.attempts, row.attempt_log) == ("pending", 0, [])
+    assert store.run("op_begin", {**params, "token": item.lease_token}) != []
 
 
 def test_a_stale_holder_cannot_finish_an_operation_another_worker_took_over():
