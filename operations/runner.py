@@ -125,6 +125,7 @@ def handle(item, ctx) -> None:
         units_total=op.units_total,
         count=op.count,
         using=using,
+        cancelled=ctx.cancelled,
     )
     reporter.operation = op
     if op.cancel_requested:
@@ -152,15 +153,26 @@ def handle(item, ctx) -> None:
         return
 
     flusher.add(reporter)
+    failure = None
     try:
         result = definition.run(request, reporter)
-    except Exception as exc:
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as exc:  # SystemExit from a run fails its attempt, like any error
+        failure = exc
+    finally:
         flusher.discard(reporter)
         reporter.close()
-        _failed(reporter, common, exc, attempt, definition.delay_after(op.request, attempt.number, conf.retry_delay))
+    if reporter.stopped_by_worker():
+        # The worker is shutting down (or gave the item up): whatever the run did on its way
+        # out is not an outcome. The worker's release returns the operation to pending.
+        log.warning("%s: stopped by its worker; not recorded", op.id)
+        return
+    if failure is not None:
+        _failed(
+            reporter, common, failure, attempt, definition.delay_after(op.request, attempt.number, conf.retry_delay)
+        )
     else:
-        flusher.discard(reporter)
-        reporter.close()
         _succeeded(reporter, common, result)
     ctx.settled = True
 
@@ -205,7 +217,7 @@ def _succeeded(reporter: Reporter, common: dict, result) -> None:
         _finish(reporter, common, state="succeeded", uri=uri, detail=encoded, all_done=True, outcome="succeeded")
 
 
-def _failed(reporter: Reporter, common: dict, exc: Exception, attempt: Attempt, delay: float) -> None:
+def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attempt, delay: float) -> None:
     code = exc.code if isinstance(exc, Fail) else CODE_INTERNAL
     message = exc.message if isinstance(exc, Fail) else f"{type(exc).__name__}: {exc}"
     retryable = not is_unretryable(exc)

@@ -163,21 +163,31 @@ def test_a_closed_reporter_flushes_nothing():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_unit_boundary_flushes_at_once_outside_a_transaction_and_waits_for_the_flusher_inside_one():
+def test_a_unit_boundary_flushes_at_once_unless_a_flush_just_went_out_or_the_run_is_in_a_transaction():
     from django.db import transaction
 
     _item, began, reporter = running("test.ops.tiers")
+    reporter.last_flush -= 1  # a quiet second since the last flush
     with CaptureQueriesContext(connection) as queries:
         reporter.start_unit("outside")
     assert len(queries.captured_queries) == 1 and not reporter.due
     assert op_row(began.id).unit == "outside"
+    # Hard on the heels of that flush, the next boundary is left to the flusher thread.
+    with CaptureQueriesContext(connection) as queries:
+        reporter.finish_unit()
+        reporter.start_unit("next")
+    assert queries.captured_queries == [] and reporter.due
+    reporter.flush()  # what the flusher thread does within a tick: both boundaries in one
+    row = op_row(began.id)
+    assert not reporter.due and (row.unit, row.units_done) == ("next", 1)
+    reporter.last_flush -= 1
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
         reporter.finish_unit()  # the run's own transaction: the flush must not join it
     assert queries.captured_queries == [] and reporter.due
     row = op_row(began.id)
-    assert (row.unit, row.units_done) == ("outside", 0)
-    reporter.flush()  # what the flusher thread does within a tick
-    assert not reporter.due and op_row(began.id).units_done == 1
+    assert (row.unit, row.units_done) == ("next", 1)
+    reporter.flush()
+    assert not reporter.due and op_row(began.id).units_done == 2
 
 
 @pytest.mark.django_db(transaction=True)
@@ -187,6 +197,7 @@ def test_flush_errors_are_logged_and_counted_never_raised(caplog):
     reporter.advance(2**62)  # past bigint: the database refuses the statement
     with caplog.at_level(logging.WARNING, logger="operations.reporter"):
         assert reporter.flush() is None
+        reporter.last_flush -= 1
         reporter.start_unit("still fine")  # a unit boundary flush fails too, silently
     assert reporter.flush_errors == 2
     assert "progress flush of" in caplog.text and "out of range" in caplog.text

@@ -11,14 +11,15 @@ import uuid
 import pytest
 
 import operations
-from operations import store
+from operations import runner, store
 from operations.models import Operation
 from operations.registry import registry
 from tests.conftest import wait_until
-from tests.operations.conftest import begin, in_thread, items_for, op_row, run_next, run_to_end
+from tests.operations.conftest import begin, claim_one, in_thread, items_for, op_row, run_next, run_to_end
 from tests.testapp.models import OperationRun
 from tests.workqueue.conftest import run_threads
 from workqueue.models import WorkItem
+from workqueue.worker import Context
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -325,3 +326,21 @@ def test_the_demo_kinds_retry_and_fail_for_good_as_they_say():
     done = run_to_end(doomed.id)
     assert (done.state, done.attempts, done.error.code) == ("failed", 1, "no_such_subject")
     assert done.message == "checking the subject"
+
+
+def test_a_worker_stopping_the_run_reaches_it_at_once_and_records_no_outcome():
+    # A stand-in for runworker's shutdown: the Context's cancel event, set while
+    # this worker still holds the operation (no flush would ever report a cancellation).
+    op = operations.start("test.ops.hold", {"seconds": 60})
+    item = claim_one("leaving")
+    ctx = Context(item, None, "leaving", "default")
+    thread = in_thread(runner.handle, item, ctx)
+    wait_until(lambda: runs(op.id), message="the run to begin")
+    ctx.cancelled.set()
+    thread.join(10)  # the run stops at once, not when its 60 seconds are up
+    assert not thread.is_alive()
+    assert runs(op.id, "returned") == [(1, False)]  # it saw the stop and returned
+    assert not ctx.settled  # left to the worker, which releases the item at shutdown
+    row = op_row(op.id)
+    assert (row.state, row.attempts, row.error, row.result) == ("running", 1, None, None)
+    assert not row.cancel_requested
