@@ -106,6 +106,7 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
     list_filter = ["state", KindFilter, OwnerFilter]
     search_fields = ["=id", "=owner", "kind"]
     list_per_page = 50
+    list_defer = ("result_detail", "attempt_log", "error_message")
     ordering = ["-created_at", "-id"]
     actions = ["cancel_operations"]
     readonly_fields = [
@@ -136,7 +137,7 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
     change_form_template = "admin/operations/operation/change_form.html"
 
     def get_queryset(self, request):
-        return super().get_queryset(request).defer("request")
+        return super().get_queryset(request).defer("request")  # no admin page shows it
 
     def has_add_permission(self, request):
         return False
@@ -250,11 +251,9 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
             raise Http404
         return sse_response(sub)
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra_context = extra_context or {}
-        op = Operation.objects.filter(pk=object_id).defer("request").first()
-        if op is not None:
-            extra_context["watch_url"] = reverse("admin:operations_operation_watch", args=[op.pk])
-            extra_context["op_done"] = op.done
-            extra_context["op_snapshot"] = render(op)  # json_script encodes it
-        return super().change_view(request, object_id, form_url, extra_context)
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:  # the row the change view already read: no second query for the panel
+            context["watch_url"] = reverse("admin:operations_operation_watch", args=[obj.pk])
+            context["op_done"] = obj.done
+            context["op_snapshot"] = render(obj)  # json_script encodes it
+        return super().render_change_form(request, context, add, change, form_url, obj)

@@ -14,6 +14,7 @@ import json
 import django
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -91,12 +92,25 @@ class EstimatedCountPaginator(Paginator):
         return max(estimate or 0, counted)
 
 
+class LeanChangeList(ChangeList):
+    """A change list that leaves out the columns its rows never show (``list_defer``)."""
+
+    def get_queryset(self, request, exclude_parameters=None):
+        queryset = super().get_queryset(request, exclude_parameters)
+        return queryset.defer(*self.model_admin.list_defer) if self.model_admin.list_defer else queryset
+
+
 class FastListMixin:
     """Change list settings that keep a list of millions of rows to bounded queries."""
 
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
+    #: Large columns the change list never shows (the change page still reads them).
+    list_defer: tuple[str, ...] = ()
+
+    def get_changelist(self, request, **kwargs):
+        return LeanChangeList
 
 
 class ReadOnlyMixin:
@@ -189,6 +203,7 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display_links = ("key_display",)
     list_filter = ("state", StuckFilter, SituationFilter, QueueFilter, "environment")
     list_select_related = ("environment",)
+    list_defer = ("last_error", "metadata", "trace_context")
     sortable_by = ("age_display",)
     search_fields = ("public_id", "key")
     search_help_text = "An exact work id (work_…) or key."

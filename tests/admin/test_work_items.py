@@ -208,3 +208,16 @@ def test_environments_are_joined_not_fetched_per_row(admin_client):
     assert all(f"env-{i} (cloud)" in page for i in range(3))
     per_row = [q["sql"] for q in ctx.captured_queries if 'WHERE "work_environments"."id" =' in (q["sql"] or "")]
     assert per_row == []
+
+
+def test_the_list_reads_no_large_column_and_nothing_per_row(admin_client):
+    for i in range(3):
+        WorkItem.objects.enqueue("test.noop", f"big{i}", metadata={"note": "x" * 500})
+    with CaptureQueriesContext(connection) as ctx:
+        page = admin_client.get(CHANGELIST).content.decode()
+    assert all(f"big{i}" in page for i in range(3))
+    reads = [q["sql"] for q in ctx.captured_queries if 'FROM "work_items"' in (q["sql"] or "")]
+    assert reads
+    for column in ("last_error", "metadata", "trace_context"):
+        assert not [sql for sql in reads if f'"work_items"."{column}"' in sql], column
+    assert not [sql for sql in reads if 'WHERE "work_items"."id" =' in sql]

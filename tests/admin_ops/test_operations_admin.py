@@ -104,3 +104,33 @@ def test_admin_pages_refuse_anonymous_users(db):
     ):
         response = client.get(url)
         assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_the_changelist_reads_no_large_column_and_nothing_per_row(admin_client):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    ops = [_op("failed", error_code="boom", error_message="x" * 900, attempt_log=[{"n": i}]) for i in range(3)]
+    with CaptureQueriesContext(connection) as ctx:
+        html = admin_client.get(reverse("admin:operations_operation_changelist")).content.decode()
+    assert all(op.id in html for op in ops)
+    table = Operation._meta.db_table
+    reads = [q["sql"] for q in ctx.captured_queries if f'FROM "{table}"' in (q["sql"] or "")]
+    assert reads, "the list read the operations table"
+    for column in ("request", "result_detail", "attempt_log", "error_message"):
+        assert not [sql for sql in reads if f'"{table}"."{column}"' in sql], column
+    # A deferred column touched by a list column would cost one query per row.
+    assert not [sql for sql in reads if f'WHERE "{table}"."id" =' in sql]
+
+
+def test_the_detail_page_reads_the_operation_once(admin_client):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    op = _op("failed", error_code="boom", error_message="gone", attempts=2, attempt_log=[{"worker_id": "w1"}])
+    with CaptureQueriesContext(connection) as ctx:
+        html = admin_client.get(reverse("admin:operations_operation_change", args=[op.id])).content.decode()
+    assert "boom" in html and "w1" in html
+    table = Operation._meta.db_table
+    reads = [q["sql"] for q in ctx.captured_queries if f'FROM "{table}"' in (q["sql"] or "")]
+    assert len(reads) == 1, reads
