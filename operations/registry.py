@@ -48,6 +48,11 @@ class Definition:
     #: Seconds before a failed attempt is retried: a number, or ``fn(request, attempt_number)``;
     #: None uses OPERATIONS["RETRY_DELAY"].
     retry_delay: float | Callable | None = None
+    #: Called in the worker once a run's end is recorded, as ``fn(operation, state, value, exc)``:
+    #: the operation as the attempt began it, the state written (succeeded, failed or cancelled),
+    #: what run returned (or None) and what it raised (or None). Not called when the attempt is
+    #: retried or its end could not be recorded. What it raises is logged, never propagated.
+    finished: Callable | None = None
 
     def delay_after(self, request, attempt_number: int, default: float) -> float:
         """Seconds to wait before retrying after attempt ``attempt_number`` failed."""
@@ -117,6 +122,7 @@ class Registry:
         count_label: str = "",
         max_attempts: int | None = None,
         retry_delay: float | Callable | None = None,
+        finished: Callable | None = None,
     ):
         """Register ``run`` under ``kind``; without ``run``, return a decorator."""
 
@@ -129,6 +135,7 @@ class Registry:
                     count_label=count_label,
                     max_attempts=max_attempts,
                     retry_delay=retry_delay,
+                    finished=finished,
                 )
             )
             return fn
@@ -144,6 +151,8 @@ class Registry:
             )
         if not callable(definition.run):
             raise InvalidDefinition(f"kind {kind!r} needs a callable run(request, reporter)")
+        if definition.finished is not None and not callable(definition.finished):
+            raise InvalidDefinition(f"kind {kind!r}: finished must be callable as fn(operation, state, value, exc)")
         if definition.request_type is not None and not isinstance(definition.request_type, type):
             raise InvalidDefinition(f"kind {kind!r}: request_type must be a class, not {definition.request_type!r}")
         if not isinstance(definition.count_label, str) or len(definition.count_label) > MAX_COUNT_LABEL:

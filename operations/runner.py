@@ -80,7 +80,7 @@ def _exception_path(exc: BaseException) -> str:
     return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
 
-def _attempt_entry(exc: BaseException | None, code: str = "", message: str = "", outcome: str = "") -> dict:
+def attempt_entry(exc: BaseException | None, code: str = "", message: str = "", outcome: str = "") -> dict:
     entry = {"outcome": outcome}
     if code:
         entry.update(error_code=code, error_message=_clip(message))
@@ -169,15 +169,19 @@ def handle(item, ctx) -> None:
         log.warning("%s: stopped by its worker; not recorded", op.id)
         return
     if failure is not None:
-        _failed(
-            reporter, common, failure, attempt, definition.delay_after(op.request, attempt.number, conf.retry_delay)
-        )
+        delay = definition.delay_after(op.request, attempt.number, conf.retry_delay)
+        state = _failed(reporter, common, failure, attempt, delay)
     else:
-        _succeeded(reporter, common, result)
+        state = _succeeded(reporter, common, result)
     ctx.settled = True
+    if state is not None and definition.finished is not None:
+        try:
+            definition.finished(op, state, None if failure is not None else result, failure)
+        except Exception:
+            log.exception("%s: the finished callback of %s raised", op.id, op.kind)
 
 
-def _succeeded(reporter: Reporter, common: dict, result) -> None:
+def _succeeded(reporter: Reporter, common: dict, result) -> str | None:
     uri, detail = "", None
     if isinstance(result, Result):
         uri, detail = result.uri or "", result.detail
@@ -190,7 +194,7 @@ def _succeeded(reporter: Reporter, common: dict, result) -> None:
         try:
             encoded = json.dumps(detail, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
-            _finish(
+            return _finish(
                 reporter,
                 common,
                 state="failed",
@@ -198,9 +202,8 @@ def _succeeded(reporter: Reporter, common: dict, result) -> None:
                 message=f"the result detail is not JSON-serialisable: {exc}",
                 retryable=False,
             )
-            return
         if len(encoded.encode()) > MAX_RESULT_DETAIL:
-            _finish(
+            return _finish(
                 reporter,
                 common,
                 state="failed",
@@ -209,15 +212,14 @@ def _succeeded(reporter: Reporter, common: dict, result) -> None:
                 "limit; store the artifact elsewhere and return a pointer (Result.uri)",
                 retryable=False,
             )
-            return
     # Cancellation beats success only when the run saw it: a run that never looked did the work.
     if reporter.cancelled.observed and reporter.cancel_requested:
-        _finish(reporter, common, state="cancelled", uri=uri, detail=encoded, outcome="cancelled")
-    else:
-        _finish(reporter, common, state="succeeded", uri=uri, detail=encoded, all_done=True, outcome="succeeded")
+        return _finish(reporter, common, state="cancelled", uri=uri, detail=encoded, outcome="cancelled")
+    return _finish(reporter, common, state="succeeded", uri=uri, detail=encoded, all_done=True, outcome="succeeded")
 
 
-def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attempt, delay: float) -> None:
+def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attempt, delay: float) -> str | None:
+    """Record a failed attempt: released for a retry (None: not an end) or ended (the state recorded)."""
     code = exc.code if isinstance(exc, Fail) else CODE_INTERNAL
     message = exc.message if isinstance(exc, Fail) else f"{type(exc).__name__}: {exc}"
     retryable = not is_unretryable(exc)
@@ -225,10 +227,9 @@ def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attem
         if retryable:
             message = _clip(f"{message} (after {attempt.number} attempts)")
             code = CODE_ATTEMPTS_EXHAUSTED
-        _finish(
+        return _finish(
             reporter, common, state="failed", code=code, message=message, retryable=retryable, exc=exc, cancel_wins=True
         )
-        return
     log.info("%s attempt %d failed (%s), retrying", reporter.op_id, attempt.number, code)
     params = {
         **common,
@@ -236,18 +237,20 @@ def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attem
         "error_code": code,
         "error_message": _clip(message),
         "delay": delay,
-        "attempt": json.dumps(_attempt_entry(exc, code, message, outcome="retried")),
+        "attempt": json.dumps(attempt_entry(exc, code, message, outcome="retried")),
     }
     try:
         if store.run("op_release", params, using=reporter.using):
-            return
+            return None
     except Exception:
         log.exception(
             "%s: could not record the failed attempt; its lease will lapse and it will be retried", reporter.op_id
         )
-        return
+        return None
     # Not released: cancellation was requested (or the hold is gone): finish as cancelled.
-    _finish(reporter, common, state="failed", code=code, message=message, retryable=True, exc=exc, cancel_wins=True)
+    return _finish(
+        reporter, common, state="failed", code=code, message=message, retryable=True, exc=exc, cancel_wins=True
+    )
 
 
 def _finish(
@@ -264,7 +267,8 @@ def _finish(
     exc: BaseException | None = None,
     cancel_wins: bool = False,
     outcome: str = "",
-) -> None:
+) -> str | None:
+    """Record the end: the state written (``cancel_wins`` may make a failure cancelled), or None."""
     params = {
         **common,
         **reporter.snapshot(),
@@ -276,12 +280,14 @@ def _finish(
         "result_detail": detail,
         "all_done": all_done,
         "cancel_wins": cancel_wins,
-        "attempt": json.dumps(_attempt_entry(exc, code, message, outcome=outcome or state)),
+        "attempt": json.dumps(attempt_entry(exc, code, message, outcome=outcome or state)),
     }
     try:
         rows = store.run("op_finish", params, using=reporter.using)
     except Exception:
         log.exception("%s: could not record its end; its lease will lapse and recover will re-offer it", reporter.op_id)
-        return
+        return None
     if not rows:
         log.warning("%s: finished after losing its hold; its result was not recorded", reporter.op_id)
+        return None
+    return rows[0][1]

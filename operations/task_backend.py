@@ -48,12 +48,11 @@ from operations._tasks_compat import (
 )
 from operations.conf import DEFAULT_TASK_QUEUE_PREFIX
 from operations.registry import KIND, MAX_KIND_LENGTH, Definition
-from workqueue.conf import QUEUE_NAME
+from workqueue.conf import QUEUE_NAME, QueueSettings, count, factor, known_keys, seconds
 
 log = logging.getLogger("operations.tasks")
 
 KIND_PREFIX = "task"
-MAX_RETURN_BYTES = 16 * 1024
 
 OPTION_DEFAULTS = {
     "MAX_ATTEMPTS": 3,  # attempts per task (a worker that dies counts as one); never unlimited
@@ -63,6 +62,8 @@ OPTION_DEFAULTS = {
     "QUEUE_PREFIX": DEFAULT_TASK_QUEUE_PREFIX,  # Django queue "emails" runs on workqueue queue "tasks.emails"
     "OWNER": "",  # owner recorded on the operations (scopes the HTTP surface)
 }
+
+RETRY_KEYS = ("retry_delay", "retry_backoff", "max_retry_delay")  # stored on each task's request
 
 STATUS = {
     "pending": TaskResultStatus.READY,
@@ -92,29 +93,38 @@ class OperationTaskContext(TaskContext):
         return bool(self.reporter is not None and self.reporter.is_cancelled())
 
 
-def _problems(options: object) -> list[str]:
+# Each option's check (the workqueue settings' own validators) and what to add to its message.
+OPTION_CHECKS = {
+    "MAX_ATTEMPTS": (count, {}, " (attempts are never unlimited)"),
+    "RETRY_DELAY": (seconds, {"allow_zero": True}, ""),
+    "MAX_RETRY_DELAY": (seconds, {"allow_zero": True}, ""),
+    "RETRY_BACKOFF": (factor, {}, ""),
+}
+
+
+def read_options(options: object) -> tuple[dict, list[str]]:
+    """OPTIONS over their defaults (durations in seconds), and what is wrong with them."""
+    merged = dict(OPTION_DEFAULTS)
     if not isinstance(options, dict):
-        return [f"OPTIONS must be a dict, not {type(options).__name__}"]
+        return merged, [f"OPTIONS must be a dict, not {type(options).__name__}"]
     problems = []
-    unknown = sorted(set(options) - set(OPTION_DEFAULTS))
-    if unknown:
-        problems.append(
-            f"unknown OPTIONS key(s) {', '.join(map(repr, unknown))}; known keys are {', '.join(OPTION_DEFAULTS)}"
-        )
-    attempts = options.get("MAX_ATTEMPTS", 1)
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        problems.append(f"OPTIONS['MAX_ATTEMPTS'] must be an integer >= 1 (never unlimited), not {attempts!r}")
-    for key in ("RETRY_DELAY", "MAX_RETRY_DELAY"):
-        value = options.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            problems.append(f"OPTIONS[{key!r}] must be a number of seconds >= 0, not {value!r}")
-    backoff = options.get("RETRY_BACKOFF", 1)
-    if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 1:
-        problems.append(f"OPTIONS['RETRY_BACKOFF'] must be a number >= 1, not {backoff!r}")
-    for key in ("QUEUE_PREFIX", "OWNER"):
-        if not isinstance(options.get(key, ""), str):
-            problems.append(f"OPTIONS[{key!r}] must be a string")
-    return problems
+    try:
+        known_keys(options, OPTION_DEFAULTS, what="OPTIONS", error=ValueError)
+    except ValueError as exc:
+        problems.append(str(exc).rstrip("."))
+    for key, value in options.items():
+        if key in OPTION_CHECKS:
+            check, extra, note = OPTION_CHECKS[key]
+            try:
+                merged[key] = check(value, what=f"OPTIONS[{key!r}]", error=ValueError, **extra)
+            except ValueError as exc:
+                problems.append(str(exc).rstrip(".") + note)
+        elif key in OPTION_DEFAULTS:
+            if isinstance(value, str):
+                merged[key] = value
+            else:
+                problems.append(f"OPTIONS[{key!r}] must be a string, not {value!r}")
+    return merged, problems
 
 
 class OperationsBackend(BaseTaskBackend):
@@ -128,11 +138,7 @@ class OperationsBackend(BaseTaskBackend):
 
     def __init__(self, alias, params):
         super().__init__(alias, params)
-        self.option_problems = _problems(self.options)
-        merged = dict(OPTION_DEFAULTS)
-        if isinstance(self.options, dict):
-            merged.update(self.options)
-        self.settings = merged
+        self.settings, self.option_problems = read_options(self.options)
 
     # -- configuration --------------------------------------------------------------------
 
@@ -164,26 +170,21 @@ class OperationsBackend(BaseTaskBackend):
         super().validate_task(task)
         if self.option_problems:
             raise InvalidTask(f"TASKS[{self.alias!r}] is misconfigured: {'; '.join(self.option_problems)}")
-        attempts = getattr(task, "max_attempts", None)
-        if attempts is not None and (isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1):
-            raise InvalidTask(f"max_attempts must be an integer >= 1, not {attempts!r}")
-        for key in ("retry_delay", "retry_backoff"):
-            value = getattr(task, key, None)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
-                raise InvalidTask(f"{key} must be a non-negative number of seconds, not {value!r}")
+        self._retry_policy(task)
 
     # -- enqueue and results --------------------------------------------------------------
 
     def _retry_policy(self, task) -> dict:
-        s = self.settings
-        return {
-            "max_attempts": getattr(task, "max_attempts", None) or s["MAX_ATTEMPTS"],
-            "retry_delay": float(s["RETRY_DELAY"] if getattr(task, "retry_delay", None) is None else task.retry_delay),
-            "retry_backoff": float(
-                s["RETRY_BACKOFF"] if getattr(task, "retry_backoff", None) is None else task.retry_backoff
-            ),
-            "max_retry_delay": float(s["MAX_RETRY_DELAY"]),
-        }
+        """The task's own retry settings over the backend's (InvalidTask names a bad one)."""
+        policy = {"max_retry_delay": self.settings["MAX_RETRY_DELAY"]}
+        for key in ("max_attempts", "retry_delay", "retry_backoff"):
+            check, extra, note = OPTION_CHECKS[key.upper()]
+            try:
+                value = check(getattr(task, key, None), what=key, allow_none=True, error=InvalidTask, **extra)
+            except InvalidTask as exc:
+                raise InvalidTask(f"{task.module_path}: {str(exc).rstrip('.')}{note}") from None
+            policy[key] = self.settings[key.upper()] if value is None else value
+        return policy
 
     def enqueue(self, task, args, kwargs):
         """Store the task as an operation plus its work item (joining the caller's transaction)."""
@@ -320,10 +321,9 @@ def load_task(path: str, alias: str, request: dict):
 
 
 def _delay(request, attempt_number: int) -> float:
-    delay = float(request.get("retry_delay", 10.0)) * float(request.get("retry_backoff", 2.0)) ** max(
-        attempt_number - 1, 0
-    )
-    return min(delay, float(request.get("max_retry_delay", 3600.0)))
+    """The backoff the task was enqueued with, by the queue settings' own rule."""
+    policy = QueueSettings(**{key: float(request.get(key, OPTION_DEFAULTS[key.upper()])) for key in RETRY_KEYS})
+    return policy.retry_delay_for(attempt_number)
 
 
 def run_task(request: dict, reporter):
@@ -342,35 +342,36 @@ def run_task(request: dict, reporter):
         object.__setattr__(result, "status", TaskResultStatus.RUNNING)
         task_started.send(type(backend), task_result=result)
     args, kwargs = request.get("args", []), request.get("kwargs", {})
-    try:
-        if task.takes_context:
-            value = task.call(OperationTaskContext(task_result=result, reporter=reporter), *args, **kwargs)
-        else:
-            value = task.call(*args, **kwargs)
-    except Exception:
-        if result is not None and reporter.attempt.final:
-            object.__setattr__(result, "status", TaskResultStatus.FAILED)
-            task_finished.send(type(backend), task_result=result)
-        raise
-    value = normalize_json(value)
-    if len(json.dumps(value).encode()) > MAX_RETURN_BYTES:
-        raise operations.Unretryable(
-            operations.Fail(
-                "result_too_large",
-                "the return value of %s is over %d bytes; store it elsewhere and return a reference",
-                request["task"],
-                MAX_RETURN_BYTES,
-            )
-        )
-    if result is not None:
-        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-        object.__setattr__(result, "_return_value", value)
-        task_finished.send(type(backend), task_result=result)
-    return {"return_value": value}
+    if task.takes_context:
+        value = task.call(OperationTaskContext(task_result=result, reporter=reporter), *args, **kwargs)
+    else:
+        value = task.call(*args, **kwargs)
+    # The runner refuses a result over its 16 KiB limit (failed result_too_large, not retried).
+    return {"return_value": normalize_json(value)}
+
+
+def task_ended(op, state: str, value, exc: BaseException | None) -> None:
+    """Send ``task_finished`` once the task's end is recorded, with the status it was recorded as."""
+    from django.utils import timezone
+
+    from operations.runner import attempt_entry
+
+    request = op.request or {}
+    task = load_task(request.get("task", ""), request.get("backend", "default"), request)
+    backend = task.get_backend()
+    result = backend._result(op, task=task)
+    object.__setattr__(result, "status", STATUS[state])
+    object.__setattr__(result, "finished_at", timezone.now())
+    if exc is not None:
+        entry = attempt_entry(exc)
+        result.errors.append(TaskError(exception_class_path=entry["exception"], traceback=entry["traceback"]))
+    if state == "succeeded" and isinstance(value, dict):
+        object.__setattr__(result, "_return_value", value.get("return_value"))
+    task_finished.send(type(backend), task_result=result)
 
 
 def resolve(kind: str) -> Definition | None:
     """Definitions for task kinds, made on demand (one kind per task function)."""
     if not is_task_kind(kind):
         return None
-    return Definition(kind=kind, run=run_task, retry_delay=_delay)
+    return Definition(kind=kind, run=run_task, retry_delay=_delay, finished=task_ended)

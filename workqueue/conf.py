@@ -131,7 +131,7 @@ def seconds(
             f"{what} must be a number of seconds or a timedelta{' or None' if allow_none else ''}, not {value!r}."
         )
     if value < 0 or (value == 0 and not allow_zero):
-        raise error(f"{what} must be greater than 0, not {value!r}.")
+        raise error(f"{what} must be {'0 or more' if allow_zero else 'greater than 0'}, not {value!r}.")
     return float(value)
 
 
@@ -149,6 +149,17 @@ def count(
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise error(f"{what} must be an integer >= {minimum}, not {value!r}.")
     return value
+
+
+def factor(
+    value: object, *, what: str, allow_none: bool = False, error: type[Exception] = WorkqueueSettingsError
+) -> float | None:
+    """Check a multiplier setting (a number >= 1, like a retry backoff), or raise ``error`` naming it."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 1:
+        raise error(f"{what} must be a number >= 1, not {value!r}.")
+    return float(value)
 
 
 def known_keys(raw: dict, known, *, what: str, error: type[Exception] = WorkqueueSettingsError) -> None:
@@ -178,9 +189,7 @@ def _queue(name: str, raw: object, base: QueueSettings, where: str) -> QueueSett
         elif key == "priority":
             values[key] = count(value, what=what, minimum=-(2**31))
         elif key == "retry_backoff":
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 1:
-                raise WorkqueueSettingsError(f"{what} must be a number >= 1, not {value!r}.")
-            values[key] = float(value)
+            values[key] = factor(value, what=what)
         elif key == "over_wire":
             if not isinstance(value, bool):
                 raise WorkqueueSettingsError(f"{what} must be True or False, not {value!r}.")

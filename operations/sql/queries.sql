@@ -164,7 +164,7 @@ item AS (
     WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active', 'stopping')
     RETURNING w.id
 )
-SELECT f.id, {notify:f.id} FROM f;
+SELECT f.id, f.state, {notify:f.id} FROM f;
 
 
 -- name: op_release

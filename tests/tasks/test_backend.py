@@ -6,6 +6,7 @@ Runs on Django 6 (django.tasks) and on Django 5.2 with the django-tasks backport
 
 import datetime as dt
 import signal
+import time
 
 import pytest
 from django.core import checks
@@ -159,6 +160,27 @@ def test_bad_options_and_queue_names_are_named_by_manage_py_check():
             tasks.add.using(backend="default").enqueue(1, 2)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("max_attempts", 0, "max_attempts must be an integer >= 1, not 0 .*never unlimited"),
+        ("retry_delay", -1, "retry_delay must be 0 or more"),
+        ("retry_backoff", 0.5, "retry_backoff must be a number >= 1"),
+    ],
+)
+def test_bad_per_task_retry_settings_are_refused_by_name(field, value, match):
+    import dataclasses
+
+    with pytest.raises(InvalidTask, match=match):
+        dataclasses.replace(tasks.add, **{field: value})
+
+
+def test_options_take_timedeltas_and_keep_the_defaults_they_do_not_set():
+    backend = OperationsBackend("x", {"QUEUES": ["default"], "OPTIONS": {"RETRY_DELAY": dt.timedelta(minutes=2)}})
+    assert backend.option_problems == []
+    assert (backend.settings["RETRY_DELAY"], backend.settings["MAX_ATTEMPTS"]) == (120.0, 3)
+
+
 def test_the_backend_declares_what_it_supports():
     backend = task_backends["default"]
     assert backend.supports_defer and backend.supports_priority and backend.supports_get_result
@@ -167,9 +189,84 @@ def test_the_backend_declares_what_it_supports():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_cancelling_a_pending_task_fails_it_without_running(start_worker):
-    result = tasks.add.using(run_after=timezone.now() + dt.timedelta(seconds=30)).enqueue(1, 2)
+def test_cancelling_a_pending_task_fails_it_without_running(start_ready_worker):
+    result = tasks.add.using(run_after=timezone.now() + dt.timedelta(seconds=1)).enqueue(1, 2)
     cancelled = cancel(result)
     assert cancelled.status == TaskResultStatus.FAILED
     assert Operation.objects.get(pk=result.id).state == "cancelled"
     assert WorkItem.objects.get(key=result.id).outcome == "cancelled"
+    # A worker running well past its run_after never runs it.
+    worker = start_ready_worker("after-cancel", *QUEUES, "--poll", "0.2")
+    later = tasks.add.enqueue(3, 4)  # the worker is live: this one runs
+    wait_until(lambda: finished(later), timeout=30, message="the later task to run")
+    time.sleep(1)
+    op = Operation.objects.get(pk=result.id)
+    assert (op.state, op.attempts, op.started_at) == ("cancelled", 0, None)
+    assert later.return_value == 7
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_a_running_task_stops_it_when_it_looks(start_worker):
+    result = tasks.until_cancelled.enqueue(seconds=60)
+    start_worker(*QUEUES, "--poll", "0.5")
+    wait_until(lambda: finished(result) or result.status == TaskResultStatus.RUNNING, timeout=20, message="RUNNING")
+    assert cancel(result).status == TaskResultStatus.RUNNING  # asked, not yet seen
+    wait_until(lambda: finished(result), timeout=20, message="the task to see the cancellation")
+    assert result.status == TaskResultStatus.FAILED
+    op = Operation.objects.get(pk=result.id)
+    assert (op.state, op.attempts, op.cancel_requested) == ("cancelled", 1, True)
+    assert WorkItem.objects.get(key=result.id).outcome == "cancelled"
+
+
+@pytest.fixture
+def signals_seen():
+    """task_started / task_finished as this process sees them: (signal, id, status, return value)."""
+    from operations import reporter as reporter_mod
+    from operations._tasks_compat import task_finished, task_started
+
+    seen = []
+
+    def started(sender, task_result, **kwargs):
+        seen.append(("started", task_result.id, task_result.status, None))
+
+    def ended(sender, task_result, **kwargs):
+        value = task_result.return_value if task_result.status == TaskResultStatus.SUCCESSFUL else None
+        seen.append(("finished", task_result.id, task_result.status, value))
+
+    task_started.connect(started)
+    task_finished.connect(ended)
+    reporter_mod.flusher.linger = 0.2
+    yield seen
+    task_started.disconnect(started)
+    task_finished.disconnect(ended)
+    if reporter_mod.flusher._thread is not None:
+        reporter_mod.flusher._thread.join(5)
+    reporter_mod.flusher.linger = 5.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_task_finished_is_sent_once_with_the_status_the_end_was_recorded_as(signals_seen):
+    from tests.operations.conftest import run_next
+
+    ok = tasks.add.enqueue(2, 3)
+    twice = tasks.explode_twice.enqueue("nope")  # two attempts, no delay between them
+    big = tasks.big_return.enqueue()
+    for _ in range(50):
+        if run_next("inline", "tasks.default") is None:
+            if all(finished(r) for r in (ok, twice, big)):
+                break
+            time.sleep(0.05)
+    assert [r.status for r in (ok, twice, big)] == [TaskResultStatus.SUCCESSFUL] + [TaskResultStatus.FAILED] * 2
+
+    def events(result):
+        return [(name, status, value) for name, rid, status, value in signals_seen if rid == result.id]
+
+    running = ("started", TaskResultStatus.RUNNING, None)
+    assert events(ok) == [running, ("finished", TaskResultStatus.SUCCESSFUL, 5)]
+    # Retried once: started twice, finished once, after the last attempt.
+    assert events(twice) == [running, running, ("finished", TaskResultStatus.FAILED, None)]
+    # It returned, but its value was too large to keep: finished says FAILED, as the row does.
+    assert events(big) == [running, ("finished", TaskResultStatus.FAILED, None)]
+    assert Operation.objects.get(pk=big.id).error_code == "result_too_large"

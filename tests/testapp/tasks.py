@@ -50,3 +50,20 @@ def hang_first_attempt(context, seconds):
 @task
 async def async_add(a, b):
     return a + b
+
+
+@task
+def big_return():
+    return "x" * 20_000  # over the 16 KiB a result may hold
+
+
+@task(takes_context=True)
+def until_cancelled(context, seconds=60):
+    # Reports progress (so each flush can bring a cancellation back) until asked to stop.
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if context.is_cancelled():
+            return "stopped"
+        context.reporter.advance(1)
+        time.sleep(0.05)
+    return "ran out"
