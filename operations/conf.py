@@ -79,13 +79,7 @@ class OperationsSettings:
         for key in _COUNTS:
             what = f"OPERATIONS[{key!r}]" + (" (attempts are never unlimited)" if key == "MAX_ATTEMPTS" else "")
             setattr(self, key.lower(), count(merged[key], what=what, error=OperationsSettingsError))
-        prefix = merged["TABLE_PREFIX"]
-        if not isinstance(prefix, str) or (prefix and not _IDENT.match(prefix)) or prefix.endswith("_"):
-            raise OperationsSettingsError(
-                "OPERATIONS['TABLE_PREFIX'] must be '' or a lowercase SQL identifier not ending in '_', "
-                f"not {prefix!r}."
-            )
-        self.table_prefix: str = prefix
+        self.table_prefix: str = table_prefix(merged["TABLE_PREFIX"])
         channel = merged["NOTIFY_CHANNEL"]
         if not isinstance(channel, str) or (channel and not _IDENT.match(channel)):
             raise OperationsSettingsError(
@@ -138,6 +132,16 @@ def task_backend_queues() -> list[str]:
     return out
 
 
+def table_prefix(prefix: object) -> str:
+    """Return ``prefix`` if it is a valid TABLE_PREFIX ('' or a lowercase SQL identifier)."""
+    if not isinstance(prefix, str) or (prefix and not _IDENT.match(prefix)) or prefix.endswith("_"):
+        raise OperationsSettingsError(
+            "OPERATIONS['TABLE_PREFIX'] must be '' or a lowercase SQL identifier not ending in '_' "
+            f"(letters a-z, digits, '_'; at most 63 characters), not {prefix!r}."
+        )
+    return prefix
+
+
 def table_name(prefix: str = "") -> str:
     """The operations table's name for a namespace prefix: '' -> operations, 'ddb' -> ddb_operations."""
     return f"{prefix}_operations" if prefix else "operations"
@@ -150,9 +154,13 @@ def ops_settings() -> OperationsSettings:
 
 
 def configured_table() -> str:
-    """The table name the model and the migration use, read once from settings."""
-    prefix = (getattr(settings, "OPERATIONS", None) or {}).get("TABLE_PREFIX", "")
-    return table_name(prefix if isinstance(prefix, str) else "")
+    """The table name the model and the migration use, read once from settings.
+
+    The prefix is pasted into SQL (the model's table, every statement in sql/queries.sql), so
+    it is validated here, where it is first read: a bad one stops the process at start-up.
+    """
+    raw = getattr(settings, "OPERATIONS", None) or {}
+    return table_name(table_prefix(raw.get("TABLE_PREFIX", "") if isinstance(raw, dict) else ""))
 
 
 @receiver(setting_changed)

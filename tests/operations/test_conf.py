@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from operations.conf import DEFAULTS, OperationsSettings, ops_settings, table_name
+from operations.conf import DEFAULTS, OperationsSettings, configured_table, ops_settings, table_name
 from operations.exceptions import OperationsSettingsError
 
 
@@ -86,3 +86,13 @@ def test_queue_settings_that_operations_ignore_are_warned_about_by_name():
 def test_an_operations_queue_served_over_the_wire_is_an_error():
     with override_settings(WORKQUEUE={"QUEUES": {"operations": {"over_wire": True}}}):
         assert [e.id for e in _operations_checks()] == ["operations.E003"]
+
+
+@pytest.mark.parametrize("prefix", ["x; DROP TABLE work_items; --", "Bad-Prefix", "a b", "ddb_", 7])
+def test_the_table_prefix_is_validated_where_it_is_first_read(prefix):
+    # configured_table() feeds the model's db_table and every SQL statement at import time,
+    # before ops_settings() (and its check) ever runs: it must refuse a bad prefix itself.
+    with override_settings(OPERATIONS={"TABLE_PREFIX": prefix}), pytest.raises(OperationsSettingsError, match="PREFIX"):
+        configured_table()
+    with override_settings(OPERATIONS={"TABLE_PREFIX": "ddb"}):
+        assert configured_table() == "ddb_operations"
