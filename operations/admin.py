@@ -13,8 +13,7 @@ from django.utils.html import format_html, format_html_join
 
 from operations import service
 from operations import watcher as watcher_mod
-from operations.exceptions import OperationNotFound
-from operations.http import render, sse_response
+from operations.http import api_error, render, sse_response
 from operations.models import Operation, State
 from workqueue.admin import FastListMixin
 
@@ -243,17 +242,18 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
         ]
 
     def watch_view(self, request, object_id):
+        """The live panel's event stream; refusals in the API's JSON error envelope."""
         if not self.has_view_permission(request):
             raise Http404
         try:
-            sub = watcher_mod.shared().watch(object_id)
-        except OperationNotFound:
-            raise Http404
-        return sse_response(sub)
+            sub = watcher_mod.shared().watch(service.check_id(object_id))
+        except Exception as exc:
+            return api_error(exc, "admin watch").response()
+        return sse_response(sub, detail=True)
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:  # the row the change view already read: no second query for the panel
             context["watch_url"] = reverse("admin:operations_operation_watch", args=[obj.pk])
             context["op_done"] = obj.done
-            context["op_snapshot"] = render(obj)  # json_script encodes it
+            context["op_snapshot"] = render(obj, detail=True)  # json_script encodes it
         return super().render_change_form(request, context, add, change, form_url, obj)

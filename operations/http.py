@@ -12,17 +12,33 @@ stream holds a thread while it waits on the process's one watcher.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+import logging
 
+from django.core.exceptions import BadRequest as DjangoBadRequest
+from django.core.exceptions import SuspiciousOperation
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.module_loading import import_string
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from operations import service
 from operations import watcher as watcher_mod
 from operations.conf import ops_settings
 from operations.exceptions import InvalidRequest, OperationNotFound, TooManyWatchers
 from operations.models import Operation
+from operations.registry import KIND
+from workqueue.wire import errors
+
+log = logging.getLogger("operations.http")
+
+CODE_INTERNAL = "internal"
+CODE_ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+# The runner prefixes the message of an attempts_exhausted that carries an internal error with
+# this, so the owner-facing shape can hide it too (see render()).
+INTERNAL_PREFIX = "internal: "
+INTERNAL_MESSAGE = "the run failed with an internal error; an operator can see the details"
+RETRY_AFTER = 5  # seconds: the hint sent with a 503
 
 
 def default_owner(request) -> str | None:
@@ -39,8 +55,26 @@ def _iso(value) -> str | None:
     return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
-def render(op: Operation) -> dict:
-    """The public JSON shape of an operation (``request`` is never part of it)."""
+def public_error(error) -> dict | None:
+    """An error as owners see it: an unclassified exception's text (which can name hosts,
+    paths or queries) is replaced by a generic message; attempt_log and the admin keep it."""
+    if error is None:
+        return None
+    message = error.message
+    if error.code == CODE_INTERNAL:
+        message = INTERNAL_MESSAGE
+    elif error.code == CODE_ATTEMPTS_EXHAUSTED and message.startswith(INTERNAL_PREFIX):
+        after = message.rsplit(" (after ", 1)
+        attempts = f" after {after[1].rstrip(')')}" if len(after) == 2 else ""
+        message = f"gave up{attempts}: {INTERNAL_MESSAGE}"
+    return {"code": error.code, "message": message, "retryable": error.retryable}
+
+
+def render(op: Operation, *, detail: bool = False) -> dict:
+    """The public JSON shape of an operation (``request`` is never part of it).
+
+    ``detail=True`` (the admin) keeps internal error text; owners never get it.
+    """
     p = op.progress
     result = op.result
     error = op.error
@@ -59,9 +93,13 @@ def render(op: Operation) -> dict:
             "count": p.count,
         },
         "result": None if result is None else {"uri": result.uri, "detail": result.detail},
-        "error": None
-        if error is None
-        else {"code": error.code, "message": error.message, "retryable": error.retryable},
+        "error": (
+            None
+            if error is None
+            else {"code": error.code, "message": error.message, "retryable": error.retryable}
+            if detail
+            else public_error(error)
+        ),
         "attempts": op.attempts,
         "cancelRequested": op.cancel_requested,
         "revision": op.revision,
@@ -84,25 +122,64 @@ def _owner(request) -> str | None:
     return str(owner) if owner not in (None, "") else None
 
 
-def _scoped(view):
-    def wrapper(request, *args, **kwargs):
-        owner = _owner(request)
-        if owner is None:
-            return error_response(401, "authentication_error", "log in to see your operations")
-        try:
-            return view(request, owner, *args, **kwargs)
-        except OperationNotFound:
-            return error_response(404, "not_found_error", "operation not found")
-        except InvalidRequest as exc:
-            return error_response(400, "invalid_request_error", str(exc))
-        except TooManyWatchers as exc:
-            response = error_response(503, "overloaded_error", str(exc))
-            response["Retry-After"] = "5"
-            return response
+def api_error(exc: BaseException, what: str) -> errors.ApiError:
+    """Map an exception raised while serving ``what`` onto the wire's error envelope."""
+    if isinstance(exc, errors.ApiError):
+        return exc
+    if isinstance(exc, OperationNotFound):
+        return errors.NotFound("operation not found")
+    if isinstance(exc, InvalidRequest):
+        return errors.BadRequest(str(exc))
+    if isinstance(exc, TooManyWatchers):
+        return errors.Overloaded(str(exc), retry_after=RETRY_AFTER)
+    if isinstance(exc, OperationalError | InterfaceError):
+        log.warning("%s: database unavailable", what, exc_info=True)
+        unavailable = errors.Unavailable("the operations database is unavailable; nothing was changed, retry shortly")
+        unavailable.headers["Retry-After"] = str(RETRY_AFTER)
+        return unavailable
+    if isinstance(exc, SuspiciousOperation | DjangoBadRequest):
+        return errors.BadRequest(f"malformed request: {exc.__class__.__name__}")
+    if isinstance(exc, DatabaseError):
+        log.exception("%s: database error", what)
+    else:
+        log.exception("%s: unexpected error", what)
+    return errors.ApiError()
 
-    wrapper.__name__ = view.__name__
-    wrapper.__doc__ = view.__doc__
-    return wrapper
+
+def endpoint(*methods: str):
+    """Wrap an owner-scoped view: method check (a JSON 405), owner (401), errors in the envelope."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        def wrapper(request, *args, **kwargs):
+            try:
+                if request.method not in methods:
+                    raise errors.MethodNotAllowed(request.method, list(methods))
+                owner = _owner(request)
+                if owner is None:
+                    raise errors.Unauthenticated("log in to see your operations")
+                if "op_id" in kwargs:
+                    kwargs["op_id"] = operation_id(kwargs["op_id"])
+                return view(request, owner, *args, **kwargs)
+            except Exception as exc:
+                return api_error(exc, f"{request.method} {view.__name__}").response()
+
+        return wrapper
+
+    return decorate
+
+
+def operation_id(value: str) -> str:
+    """An operation id from the path, or InvalidRequest naming it."""
+    return service.check_id(value)
+
+
+def _text(value: str | None, name: str, max_length: int = 200) -> str | None:
+    if value in (None, ""):
+        return None
+    if len(value) > max_length or "\x00" in value or not value.isprintable():
+        raise InvalidRequest(f"{name} must be printable text of at most {max_length} characters")
+    return value
 
 
 def _int(value: str | None, name: str, default: int) -> int:
@@ -114,52 +191,49 @@ def _int(value: str | None, name: str, default: int) -> int:
         raise InvalidRequest(f"{name} must be an integer")
 
 
-@require_GET
-@_scoped
+@endpoint("GET")
 def list_operations(request, owner):
     """GET …/operations?kind=&state=&page_size=&page_token="""
     states = [s for value in request.GET.getlist("state") for s in value.split(",") if s]
+    kind = _text(request.GET.get("kind"), "kind", max_length=128)
+    if kind is not None and not KIND.match(kind):
+        raise InvalidRequest(f"kind {kind!r} is not a kind name (lowercase letters, digits, '.', '-', '_')")
     page, token = service.list(
         owner=owner,
-        kind=request.GET.get("kind") or None,
+        kind=kind,
         states=states or None,
         page_size=_int(request.GET.get("page_size"), "page_size", 50),
-        page_token=request.GET.get("page_token") or None,
+        page_token=_text(request.GET.get("page_token"), "page_token", max_length=1024),
     )
     return JsonResponse({"operations": [render(op) for op in page], "nextPageToken": token})
 
 
-@require_http_methods(["GET", "POST"])
 def operation(request, op_id: str):
     """GET …/operations/{id}; POST …/operations/{id}:cancel."""
     if op_id.endswith(":cancel"):
-        if request.method != "POST":
-            return error_response(405, "invalid_request_error", "use POST to cancel")
-        return cancel_operation(request, op_id.removesuffix(":cancel"))
-    if request.method != "GET":
-        return error_response(405, "invalid_request_error", "use GET to read an operation")
-    return get_operation(request, op_id)
+        return cancel_operation(request, op_id=op_id.removesuffix(":cancel"))
+    return get_operation(request, op_id=op_id)
 
 
-@_scoped
+@endpoint("GET")
 def get_operation(request, owner, op_id: str):
     return JsonResponse(render(service.get(op_id, owner=owner)))
 
 
-@require_POST
-@_scoped
+@endpoint("POST")
 def cancel_operation(request, owner, op_id: str):
     """POST …/operations/{id}/cancel (alias of {id}:cancel)."""
     return JsonResponse(render(service.cancel(op_id, owner=owner)))
 
 
-def sse_event(op) -> str:
+def sse_event(op, *, detail: bool = False) -> str:
     if op is watcher_mod.GONE:
         return "event: gone\ndata: {}\n\n"
-    return f"event: operation\nid: {op.revision}\ndata: {json.dumps(render(op), separators=(',', ':'))}\n\n"
+    data = json.dumps(render(op, detail=detail), separators=(",", ":"))
+    return f"event: operation\nid: {op.revision}\ndata: {data}\n\n"
 
 
-def stream(sub, keepalive: float):
+def stream(sub, keepalive: float, *, detail: bool = False):
     """Yield SSE text for a subscription until its terminal snapshot (or the row is gone)."""
     try:
         while True:
@@ -170,21 +244,22 @@ def stream(sub, keepalive: float):
             if snapshot is None:
                 yield ":\n\n"
                 continue
-            yield sse_event(snapshot)
+            yield sse_event(snapshot, detail=detail)
     finally:
         sub.close()
 
 
-@require_GET
-@_scoped
+@endpoint("GET")
 def watch_operation(request, owner, op_id: str):
     """GET …/operations/{id}/watch: Server-Sent Events, one per snapshot, ending after the terminal one."""
     sub = watcher_mod.shared().watch(op_id, owner=owner)
     return sse_response(sub)
 
 
-def sse_response(sub) -> HttpResponse:
-    response = StreamingHttpResponse(stream(sub, ops_settings().sse_keepalive), content_type="text/event-stream")
+def sse_response(sub, *, detail: bool = False) -> HttpResponse:
+    response = StreamingHttpResponse(
+        stream(sub, ops_settings().sse_keepalive, detail=detail), content_type="text/event-stream"
+    )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

@@ -225,7 +225,10 @@ def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attem
     retryable = not is_unretryable(exc)
     if not retryable or attempt.final:
         if retryable:
-            message = _clip(f"{message} (after {attempt.number} attempts)")
+            # "internal: " marks an unclassified exception's text, which owners never see
+            # (operations.http.public_error); the admin and attempt_log keep it.
+            prefix = "internal: " if code == CODE_INTERNAL else ""
+            message = _clip(f"{prefix}{message} (after {attempt.number} attempts)")
             code = CODE_ATTEMPTS_EXHAUSTED
         return _finish(
             reporter, common, state="failed", code=code, message=message, retryable=retryable, exc=exc, cancel_wins=True

@@ -34,9 +34,12 @@ def new_id() -> str:
     return f"op_{time.time_ns() // 1000:014x}{secrets.token_hex(8)}"
 
 
-def _check_id(op_id: object) -> str:
+def check_id(op_id: object) -> str:
+    """Return ``op_id`` if it can be an operation id, else raise InvalidRequest."""
     if not isinstance(op_id, str) or not op_id or len(op_id) > MAX_ID_LENGTH or "\x00" in op_id:
-        raise InvalidRequest(f"an operation id must be a non-empty string of at most {MAX_ID_LENGTH} characters")
+        raise InvalidRequest(
+            f"an operation id must be a non-empty string of at most {MAX_ID_LENGTH} characters, without NUL bytes"
+        )
     return op_id
 
 
@@ -74,7 +77,7 @@ def start(
             f"queue {queue!r} is not one the operations handler serves; add it to OPERATIONS['QUEUES'] "
             f"(now {conf.queues})"
         )
-    op_id = _check_id(id) if id is not None else new_id()
+    op_id = check_id(id) if id is not None else new_id()
     owner = "" if owner is None else str(owner)
     if len(owner) > 200:
         raise InvalidRequest("owner must be at most 200 characters")
@@ -138,7 +141,7 @@ def _decode_token(token: str) -> tuple[dt.datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         created, op_id = json.loads(raw)
-        return dt.datetime.fromisoformat(created), str(op_id)
+        return dt.datetime.fromisoformat(created), check_id(op_id)
     except Exception:
         raise InvalidRequest("page_token is not one this server handed out")
 

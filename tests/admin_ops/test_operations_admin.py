@@ -134,3 +134,58 @@ def test_the_detail_page_reads_the_operation_once(admin_client):
     table = Operation._meta.db_table
     reads = [q["sql"] for q in ctx.captured_queries if f'FROM "{table}"' in (q["sql"] or "")]
     assert len(reads) == 1, reads
+
+
+@pytest.fixture
+def quiet_threads(transactional_db):
+    """End the watcher and listener threads a live panel started, so the database can go."""
+    from operations import watcher
+    from tests.operations.conftest import _quiet_threads
+
+    if watcher._shared is not None:
+        watcher._shared.close()  # a new one, built from the settings the test overrides
+    yield from _quiet_threads.__wrapped__()
+
+
+def _watch(client, op_id):
+    return client.get(reverse("admin:operations_operation_watch", args=[op_id]))
+
+
+@pytest.mark.parametrize("op_id", ["op\x00x", "x" * 201])
+def test_watching_a_bad_id_is_a_400_in_the_error_envelope(admin_client, op_id):
+    response = _watch(admin_client, op_id)
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_watching_a_missing_operation_is_a_404_in_the_error_envelope(admin_client):
+    response = _watch(admin_client, "op_missing")
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "not_found_error"
+
+
+def test_too_many_watchers_in_the_admin_is_503_with_retry_after(quiet_threads, admin_client):
+    from django.test import override_settings
+
+    ops = [_op("pending"), _op("pending")]
+    with override_settings(OPERATIONS={"WATCHER_MAX_SUBSCRIPTIONS": 1}):
+        held = _watch(admin_client, ops[0].id)
+        assert held.status_code == 200
+        next(iter(held.streaming_content))
+        refused = _watch(admin_client, ops[1].id)
+        held.close()
+    assert refused.status_code == 503, refused.content
+    assert refused.json()["error"]["type"] == "overloaded_error" and refused["Retry-After"]
+
+
+def test_the_admin_keeps_an_internal_errors_text(quiet_threads, admin_client):
+    from tests.operations.conftest import run_next
+
+    op = operations.start("test.ops.crash", {})
+    run_next()
+    page = admin_client.get(reverse("admin:operations_operation_change", args=[op.id])).content.decode()
+    assert "kaboom on attempt 1" in page
+    response = _watch(admin_client, op.id)
+    first = next(iter(response.streaming_content)).decode()
+    response.close()
+    assert "kaboom on attempt 1" in first

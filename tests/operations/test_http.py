@@ -319,3 +319,131 @@ def test_watch_over_a_real_server_streams_until_the_worker_finishes(live_server,
     assert events[-1]["state"] == "succeeded" and events[-1]["progress"]["unitsDone"] == 3
     assert [e["revision"] for e in events] == sorted({e["revision"] for e in events})
     assert op_row(op.id).worker_id == "live"
+
+
+# -- bad input, outages and methods (issue 9, item 14) -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/operations/op%00x",
+        "/api/operations/op%00x:cancel",
+        "/api/operations/op%00x/cancel",
+        "/api/operations/op%00x/watch",
+        "/api/operations/" + "x" * 201,
+    ],
+)
+def test_a_bad_operation_id_is_400_in_the_error_envelope(client, user, path):
+    op = start_for(user)
+    method = client.post if "cancel" in path else client.get
+    body = assert_error(method(path), 400, "invalid_request_error")
+    assert "id" in body["error"]["message"]
+    assert op_row(op.id).state == "pending"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"kind": "test.ops\x00count"},
+        {"kind": "x" * 300},
+        {"page_token": "a\x00b"},
+        {"state": "pending\x00"},
+        {"page_size": "1\x00"},
+    ],
+)
+def test_nul_bytes_and_oversize_filters_are_400_not_500(client, user, query):
+    start_for(user)
+    assert_error(client.get("/api/operations", query), 400, "invalid_request_error")
+
+
+def test_a_page_token_that_decodes_to_a_nul_id_is_400(client, user):
+    import base64
+
+    token = base64.urlsafe_b64encode(json.dumps(["2026-01-01T00:00:00+00:00", "op\x00x"]).encode()).decode()
+    start_for(user)
+    assert_error(client.get("/api/operations", {"page_token": token}), 400, "invalid_request_error")
+
+
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("post", "/api/operations"),
+        ("delete", "/api/operations/{id}"),
+        ("get", "/api/operations/{id}/cancel"),
+        ("post", "/api/operations/{id}/watch"),
+        ("put", "/api/operations/{id}:cancel"),
+    ],
+)
+def test_a_wrong_method_is_a_json_405_naming_the_allowed_ones(client, user, method, path):
+    op = start_for(user)
+    response = getattr(client, method)(path.format(id=op.id))
+    assert_error(response, 405, "invalid_request_error")
+    assert response["Allow"]
+    assert op_row(op.id).state == "pending"
+
+
+@pytest.fixture
+def database_down():
+    """Point the default connection at a port nothing listens on (a real refused connection)."""
+    from django.db import connection
+
+    def down():
+        connection.close()
+        connection.settings_dict["PORT"] = "1"
+
+    original = connection.settings_dict["PORT"]
+    yield down
+    connection.close()
+    connection.settings_dict["PORT"] = original
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("get", "/api/operations"),
+        ("get", "/api/operations/{id}"),
+        ("post", "/api/operations/{id}:cancel"),
+        ("post", "/api/operations/{id}/cancel"),
+        ("get", "/api/operations/{id}/watch"),
+    ],
+)
+def test_a_database_outage_is_503_with_a_retry_hint(client, user, database_down, method, path):
+    op = start_for(user)
+    database_down()
+    response = getattr(client, method)(path.format(id=op.id))
+    body = assert_error(response, 503, "api_error")  # the wire's Unavailable, reused
+    assert "retry" in body["error"]["message"]
+    assert response["Retry-After"] and response["x-should-retry"] == "true"
+
+
+# -- internal error text (issue 9, item 17) ----------------------------------------------
+
+
+def test_an_internal_errors_text_is_not_shown_to_the_owner(client, user):
+    from tests.operations.conftest import run_to_end
+
+    op = start_for(user, "test.ops.crash", {})
+    run_next()
+    shown = client.get(f"/api/operations/{op.id}").json()["error"]
+    assert shown["code"] == "internal" and "kaboom" not in shown["message"] and shown["message"]
+    listed = client.get("/api/operations").json()["operations"][0]["error"]
+    assert "kaboom" not in listed["message"]
+    run_to_end(op.id)
+    shown = client.get(f"/api/operations/{op.id}").json()["error"]
+    assert shown["code"] == "attempts_exhausted" and "kaboom" not in shown["message"]
+    assert "2 attempts" in shown["message"]
+    # The detail stays where operators look: the attempt log (the admin shows it).
+    row = op_row(op.id)
+    assert "kaboom on attempt 2" in row.attempt_log[-1]["error_message"]
+    assert "kaboom on attempt 2" in row.error.message
+
+
+def test_a_classified_failures_message_is_still_shown(client, user):
+    from tests.operations.conftest import run_to_end
+
+    op = start_for(user, "test.ops.fail", {})
+    run_to_end(op.id)
+    shown = client.get(f"/api/operations/{op.id}").json()["error"]
+    assert shown["code"] == "attempts_exhausted" and "the upstream was down" in shown["message"]

@@ -97,7 +97,7 @@ def test_an_unclassified_exception_is_retried_under_internal_then_exhausted():
     assert entry["error_code"] == "internal" and entry["outcome"] == "retried"
     done = run_to_end(op.id)
     assert (done.state, done.error.code, done.attempts) == ("failed", "attempts_exhausted", 2)
-    assert done.error.message.startswith("RuntimeError: kaboom on attempt 2")
+    assert done.error.message.startswith("internal: RuntimeError: kaboom on attempt 2")
 
 
 def test_an_unknown_kind_fails_at_once_without_retrying():

@@ -127,6 +127,28 @@ class RequestTooLarge(ApiError):
     default_message = "request body too large"
 
 
+class TooManyRequests(ApiError):
+    """The caller is over a per-caller limit; ``Retry-After`` says when to try again."""
+
+    status = 429
+    error_type = "rate_limit_error"
+    default_message = "too many requests; retry later"
+
+    def __init__(self, message: str | None = None, *, retry_after: float = 5, details: dict | None = None):
+        super().__init__(message, details=details, headers={"Retry-After": str(max(1, round(retry_after)))})
+
+
+class Overloaded(ApiError):
+    """This server process is at a limit of its own; another try (or another process) may succeed."""
+
+    status = 503
+    error_type = "overloaded_error"
+    default_message = "the server is overloaded; retry later"
+
+    def __init__(self, message: str | None = None, *, retry_after: float = 5):
+        super().__init__(message, headers={"Retry-After": str(max(1, round(retry_after)))})
+
+
 class Unavailable(ApiError):
     """The database could not be reached; the request changed nothing and may be retried."""
 
