@@ -12,8 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from operations import service
-from operations import watcher as watcher_mod
-from operations.http import api_error, render, sse_response
+from operations.http import api_error, render, watch_response
 from operations.models import Operation, State
 from workqueue.admin import FastListMixin
 
@@ -246,10 +245,10 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise Http404
         try:
-            sub = watcher_mod.shared().watch(service.check_id(object_id))
+            op_id = service.check_id(object_id)
+            return watch_response(request, op_id, owner=None, owner_key=f"admin:{request.user.pk}", detail=True)
         except Exception as exc:
             return api_error(exc, "admin watch").response()
-        return sse_response(sub, detail=True)
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:  # the row the change view already read: no second query for the panel

@@ -46,6 +46,8 @@ DEFAULTS: dict[str, object] = {
     "WATCHER_MIN_READ_INTERVAL": 0.25,  # and never more often than this, however many wakes arrive
     "WATCHER_MAX_SUBSCRIPTIONS": 1024,  # watches one process follows at once (TooManyWatchers past it)
     "SSE_KEEPALIVE": 15.0,  # seconds between ':' comments on an idle watch stream
+    "WATCH_MAX_PER_OWNER": 4,  # watch streams one owner may hold open in one process (429 past it)
+    "WATCH_MAX_DURATION": 300.0,  # a watch stream ends after this long; the client reconnects
     "OWNER_RESOLVER": "operations.http.default_owner",  # dotted path: request -> owner string or None
 }
 
@@ -57,9 +59,10 @@ _DURATIONS = {
     "WATCHER_POLL",
     "WATCHER_MIN_READ_INTERVAL",
     "SSE_KEEPALIVE",
+    "WATCH_MAX_DURATION",
 }
 _ZERO_OK = {"RETRY_DELAY"}
-_COUNTS = {"REAP_BATCH", "RECOVER_BATCH", "MAX_ATTEMPTS", "WATCHER_MAX_SUBSCRIPTIONS"}
+_COUNTS = {"REAP_BATCH", "RECOVER_BATCH", "MAX_ATTEMPTS", "WATCHER_MAX_SUBSCRIPTIONS", "WATCH_MAX_PER_OWNER"}
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 

@@ -5,20 +5,28 @@ logged-in user's pk). No owner → 401, never an unscoped query; another owner's
 404. The request an operation was started with is never rendered. Errors use the same
 envelope as the wire API: ``{"type": "error", "error": {"type": ..., "message": ...}}``.
 
-Serve the watch stream from threaded (gunicorn ``gthread``) or ASGI workers: each open
-stream holds a thread while it waits on the process's one watcher.
+Serve the watch stream from threaded (gunicorn ``gthread``) or ASGI workers. Under WSGI each
+open stream holds a thread while it waits on the process's one watcher; under ASGI it waits
+on the event loop and holds neither a thread nor a database connection. Streams are capped
+per owner (``WATCH_MAX_PER_OWNER``, 429 past it) and end after ``WATCH_MAX_DURATION`` (the
+first event's ``retry:`` makes EventSource reconnect).
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import datetime as dt
 import functools
 import json
 import logging
+import threading
+import time
 
 from django.core.exceptions import BadRequest as DjangoBadRequest
 from django.core.exceptions import SuspiciousOperation
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.core.handlers.asgi import ASGIRequest
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.module_loading import import_string
 
@@ -38,7 +46,8 @@ CODE_ATTEMPTS_EXHAUSTED = "attempts_exhausted"
 # this, so the owner-facing shape can hide it too (see render()).
 INTERNAL_PREFIX = "internal: "
 INTERNAL_MESSAGE = "the run failed with an internal error; an operator can see the details"
-RETRY_AFTER = 5  # seconds: the hint sent with a 503
+RETRY_AFTER = 5  # seconds: the hint sent with a 429 or 503
+SSE_RETRY_MS = 3000  # the reconnect delay a watch stream's first event asks EventSource for
 
 
 def default_owner(request) -> str | None:
@@ -233,33 +242,160 @@ def sse_event(op, *, detail: bool = False) -> str:
     return f"event: operation\nid: {op.revision}\ndata: {data}\n\n"
 
 
-def stream(sub, keepalive: float, *, detail: bool = False):
-    """Yield SSE text for a subscription until its terminal snapshot (or the row is gone)."""
-    try:
-        while True:
-            try:
-                snapshot = sub.get(timeout=keepalive)
-            except StopIteration:
+class OwnerStreams:
+    """The watch streams each owner holds open in this process, capped by WATCH_MAX_PER_OWNER."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._open: collections.Counter[str] = collections.Counter()
+
+    def acquire(self, owner: str) -> None:
+        """Take one of ``owner``'s stream slots, or raise a 429."""
+        limit = ops_settings().watch_max_per_owner
+        with self._lock:
+            if self._open[owner] >= limit:
+                raise errors.TooManyRequests(
+                    f"you already have {limit} watch streams open (OPERATIONS['WATCH_MAX_PER_OWNER']); "
+                    "close one or retry later",
+                    retry_after=RETRY_AFTER,
+                )
+            self._open[owner] += 1
+
+    def release(self, owner: str) -> None:
+        with self._lock:
+            self._open[owner] -= 1
+            if self._open[owner] <= 0:
+                del self._open[owner]
+
+    def open(self, owner: str) -> int:
+        """How many streams ``owner`` holds open now."""
+        with self._lock:
+            return self._open[owner]
+
+
+owner_streams = OwnerStreams()
+
+
+class _Stream:
+    """One watch stream: SSE text for a subscription until its terminal snapshot, the row is
+    gone, or ``WATCH_MAX_DURATION`` passes (then it just ends and EventSource reconnects after
+    the ``retry:`` it was sent). ``close()`` (Django calls it when the response is closed, also
+    when it was never iterated) ends the subscription and gives the owner's slot back."""
+
+    def __init__(self, sub, owner_key: str, *, detail: bool):
+        conf = ops_settings()
+        self.sub = sub
+        self.owner_key = owner_key
+        self.detail = detail
+        self.keepalive = conf.sse_keepalive
+        self.max_duration = conf.watch_max_duration
+        self._lock = threading.Lock()
+        self._released = False
+        self._closed = False
+        self._first = True
+
+    def _event(self, snapshot) -> str:
+        text = sse_event(snapshot, detail=self.detail)
+        if self._first:  # tell EventSource how soon to reconnect when the stream is cut
+            self._first = False
+            text = text[:-1] + f"retry: {SSE_RETRY_MS}\n\n"
+        return text
+
+    def _release(self) -> None:
+        """Give the owner's slot back (memory only: safe on an event loop)."""
+        with self._lock:
+            if self._released:
                 return
-            if snapshot is None:
-                yield ":\n\n"
-                continue
-            yield sse_event(snapshot, detail=detail)
-    finally:
-        sub.close()
+            self._released = True
+        owner_streams.release(self.owner_key)
+
+    def close(self) -> None:
+        """End the subscription (its follow row too) and give the slot back (idempotent)."""
+        with self._lock:
+            closed, self._closed = self._closed, True
+        if not closed:
+            try:
+                self.sub.close()
+            finally:
+                self._release()
+
+
+class SyncStream(_Stream):
+    """The stream for WSGI servers: one thread per open stream, bounded by the per-owner cap."""
+
+    def __iter__(self):
+        return self._run()
+
+    def _run(self):
+        try:
+            deadline = time.monotonic() + self.max_duration
+            while (remaining := deadline - time.monotonic()) > 0:
+                try:
+                    snapshot = self.sub.get(timeout=min(self.keepalive, remaining))
+                except StopIteration:
+                    return
+                if snapshot is None:
+                    if deadline - time.monotonic() > 0:
+                        yield ":\n\n"
+                    continue
+                yield self._event(snapshot)
+        finally:
+            self.close()
+
+
+class AsyncStream(_Stream):
+    """The stream for ASGI servers: waits on the event loop, holding no thread and no database
+    connection; when the client disconnects Django cancels it and then closes the response."""
+
+    def __aiter__(self):
+        return self._run()
+
+    async def _run(self):
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.max_duration
+            while (remaining := deadline - loop.time()) > 0:
+                try:
+                    snapshot = await self.sub.aget(min(self.keepalive, remaining))
+                except watcher_mod.Ended:
+                    return
+                if snapshot is None:
+                    if deadline - loop.time() > 0:
+                        yield ":\n\n"
+                    continue
+                yield self._event(snapshot)
+        finally:
+            # No database work on the event loop: the slot now, the subscription (and its
+            # follow row) when Django closes the response, in a thread.
+            self._release()
 
 
 @endpoint("GET")
 def watch_operation(request, owner, op_id: str):
     """GET …/operations/{id}/watch: Server-Sent Events, one per snapshot, ending after the terminal one."""
-    sub = watcher_mod.shared().watch(op_id, owner=owner)
-    return sse_response(sub)
+    return watch_response(request, op_id, owner=owner, owner_key=owner)
 
 
-def sse_response(sub, *, detail: bool = False) -> HttpResponse:
-    response = StreamingHttpResponse(
-        stream(sub, ops_settings().sse_keepalive, detail=detail), content_type="text/event-stream"
-    )
+def watch_response(request, op_id: str, *, owner: str | None, owner_key: str, detail: bool = False) -> HttpResponse:
+    """Open a watch stream on ``op_id`` for ``owner_key`` (raises a 429 past its cap)."""
+    owner_streams.acquire(owner_key)
+    try:
+        sub = watcher_mod.shared().watch(op_id, owner=owner)
+    except BaseException:
+        owner_streams.release(owner_key)
+        raise
+    if not isinstance(request, ASGIRequest):
+        return sse_response(SyncStream(sub, owner_key, detail=detail))
+    # The stream itself reads nothing (the process's watcher does): let go of this request's
+    # connections now rather than when the stream ends, minutes or a hang-up later.
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close()
+    return sse_response(AsyncStream(sub, owner_key, detail=detail))
+
+
+def sse_response(content) -> HttpResponse:
+    response = StreamingHttpResponse(content, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

@@ -17,6 +17,7 @@ thousands of operations nobody is watching must not pay for it.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import os
@@ -43,6 +44,10 @@ class _Gone:
 GONE = _Gone()
 
 
+class Ended(Exception):
+    """A subscription has nothing more to deliver (``aget``'s StopIteration)."""
+
+
 class Subscription:
     """Snapshots of one operation. Iterate it, or call ``get(timeout)``."""
 
@@ -55,6 +60,12 @@ class Subscription:
         self._closed = False  # nothing more will come
         self.revision = 0
         self.delivered = 0
+        self._waiters: set = set()  # callbacks of async readers waiting in aget()
+
+    def _notify(self) -> None:
+        self._cond.notify_all()
+        for wake in list(self._waiters):
+            wake()
 
     def _offer(self, snapshot, *, final: bool = False) -> None:
         with self._cond:
@@ -63,12 +74,12 @@ class Subscription:
             self._slot = snapshot
             if final:
                 self._ending = True
-            self._cond.notify_all()
+            self._notify()
 
     def _end(self) -> None:
         with self._cond:
             self._ending = True
-            self._cond.notify_all()
+            self._notify()
 
     @property
     def closed(self) -> bool:
@@ -91,6 +102,40 @@ class Subscription:
             self.delivered += 1
             return snapshot
 
+    async def aget(self, timeout: float):
+        """``get`` for an event loop: waits without holding a thread; raises ``Ended`` at the end."""
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(woken.set)
+            except RuntimeError:  # the loop is gone: nobody is waiting any more
+                pass
+
+        deadline = loop.time() + timeout
+        while True:
+            with self._cond:
+                if self._slot is not None:
+                    snapshot, self._slot = self._slot, None
+                    self.delivered += 1
+                    return snapshot
+                if self._closed or self._ending:
+                    self._closed = True
+                    raise Ended
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return None
+                woken.clear()
+                self._waiters.add(wake)
+            try:
+                await asyncio.wait_for(woken.wait(), remaining)
+            except TimeoutError:
+                pass
+            finally:
+                with self._cond:
+                    self._waiters.discard(wake)
+
     def __iter__(self):
         while True:
             try:
@@ -103,7 +148,7 @@ class Subscription:
         """Stop following (idempotent)."""
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
+            self._notify()
         if self._watcher is not None:
             self._watcher._remove(self)
 

@@ -447,3 +447,54 @@ def test_a_classified_failures_message_is_still_shown(client, user):
     run_to_end(op.id)
     shown = client.get(f"/api/operations/{op.id}").json()["error"]
     assert shown["code"] == "attempts_exhausted" and "the upstream was down" in shown["message"]
+
+
+# -- watch streams: per-owner cap, maximum duration, reconnect hint (issue 9, item 12) --
+
+
+def _settings(**extra):
+    return override_settings(OPERATIONS={"LEASE": 3, "PROGRESS_INTERVAL": 0.5, **extra})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watch_streams_are_capped_per_owner_with_a_429(client, other_client, user):
+    ops = [start_for(user) for _ in range(3)]
+    with _settings(WATCH_MAX_PER_OWNER=2):
+        held = [client.get(f"/api/operations/{op.id}/watch") for op in ops[:2]]
+        for response in held:
+            assert response.status_code == 200
+            next(iter(response.streaming_content))
+        refused = client.get(f"/api/operations/{ops[2].id}/watch")
+        body = assert_error(refused, 429, "rate_limit_error")
+        assert "WATCH_MAX_PER_OWNER" in body["error"]["message"] and refused["Retry-After"]
+        # Another owner has streams of their own (and gets a 404 for ada's operation).
+        assert_error(other_client.get(f"/api/operations/{ops[2].id}/watch"), 404, "not_found_error")
+        held[0].close()  # the client went away: its stream is given back
+        again = client.get(f"/api/operations/{ops[2].id}/watch")
+        assert again.status_code == 200
+        again.close()
+        held[1].close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_that_never_started_gives_its_slot_back_when_closed(client, user):
+    op = start_for(user)
+    with _settings(WATCH_MAX_PER_OWNER=1):
+        client.get(f"/api/operations/{op.id}/watch").close()  # closed before a byte was read
+        response = client.get(f"/api/operations/{op.id}/watch")
+        assert response.status_code == 200
+        response.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watch_ends_after_its_maximum_duration_and_tells_the_client_to_reconnect(client, user):
+    op = start_for(user)
+    with _settings(WATCH_MAX_DURATION=0.5, SSE_KEEPALIVE=0.1):
+        response = client.get(f"/api/operations/{op.id}/watch")
+        text = b"".join(response.streaming_content).decode()  # ends by itself
+    blocks = [block for block in text.split("\n\n") if block]
+    first = dict(line.split(": ", 1) for line in blocks[0].splitlines())
+    assert first["event"] == "operation" and int(first["retry"]) > 0
+    assert json.loads(first["data"])["done"] is False  # cut short, not finished: the client reconnects
+    assert all(block == ":" for block in blocks[1:])
+    assert op_row(op.id).state == "pending"
