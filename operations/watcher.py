@@ -194,13 +194,17 @@ class Watcher:
         """Follow ``op_id``; its current snapshot is delivered before this returns."""
         if self._closed:
             raise WatcherClosed()
+        if self.channel:
+            # Following writes a row: make sure there is something this caller may follow
+            # first, so a watch that will be refused writes nothing.
+            current = self._read(op_id, owner)
+            if current.done:
+                return self._finished(op_id, current)
         # Follow first, then read: a write that commits after the follow notifies, and one
         # that committed before it is in the first snapshot.
         self._follow(op_id)
         try:
-            current = store.get_many([op_id], using=self.using).get(op_id)
-            if current is None or (owner is not None and current.owner != owner):
-                raise OperationNotFound(f"operation {op_id!r} not found")
+            current = self._read(op_id, owner)
             sub = Subscription(self, op_id)
             sub.revision = current.revision
             sub._offer(current, final=current.done)
@@ -218,6 +222,18 @@ class Watcher:
             self._unfollow(op_id)
             raise
         self._ensure_running()
+        return sub
+
+    def _read(self, op_id: str, owner: str | None):
+        current = store.get_many([op_id], using=self.using).get(op_id)
+        if current is None or (owner is not None and current.owner != owner):
+            raise OperationNotFound(f"operation {op_id!r} not found")
+        return current
+
+    def _finished(self, op_id: str, current) -> Subscription:
+        sub = Subscription(self, op_id)
+        sub.revision = current.revision
+        sub._offer(current, final=True)
         return sub
 
     def _remove(self, sub: Subscription) -> None:

@@ -498,3 +498,18 @@ def test_a_watch_ends_after_its_maximum_duration_and_tells_the_client_to_reconne
     assert json.loads(first["data"])["done"] is False  # cut short, not finished: the client reconnects
     assert all(block == ":" for block in blocks[1:])
     assert op_row(op.id).state == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watch_that_will_404_writes_no_follow_row(client, other_client, user):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from operations.store import WATCHES_TABLE
+
+    op = start_for(user)
+    with CaptureQueriesContext(connection) as queries:
+        assert_error(other_client.get(f"/api/operations/{op.id}/watch"), 404, "not_found_error")
+        assert_error(client.get("/api/operations/op_missing/watch"), 404, "not_found_error")
+    writes = [q["sql"] for q in queries if WATCHES_TABLE in q["sql"]]
+    assert writes == []
