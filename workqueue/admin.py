@@ -20,9 +20,9 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.db.models.functions import Now
-from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
@@ -417,19 +417,36 @@ class KeyCreatingAdmin(admin.ModelAdmin):
         for f in type(obj)._meta.concrete_fields:
             setattr(obj, f.attname, getattr(created, f.attname))
         obj._state.adding, obj._state.db = False, created._state.db
-        self.show_key(request, created, key)
+        request._workqueue_new_key = key  # shown by response_add, on the response itself
 
-    def show_key(self, request, obj, key: str) -> None:
-        messages.warning(
-            request,
-            format_html(
-                'The {} of “{}” is <code class="wq-key">{}</code> — copy it now: it is shown only this once '
-                "(only its hash is stored).",
-                self.key_noun,
-                obj,
-                key,
+    def response_add(self, request, obj, post_url_continue=None):
+        key = getattr(request, "_workqueue_new_key", None)
+        if key is None:
+            return super().response_add(request, obj, post_url_continue)
+        return self.show_key(request, obj, key, title=f"{self.opts.verbose_name.capitalize()} added")
+
+    def show_key(self, request, obj, key: str, *, title: str):
+        """Render the key on this response, never through messages (a cookie by default) or
+        the session: it exists only in this page, which no cache may keep."""
+        context = {
+            **self.admin_site.each_context(request),
+            "legacy_breadcrumbs": django.VERSION < (6, 0),
+            "title": title,
+            "subtitle": str(obj),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "original": obj,
+            "key": key,
+            "key_noun": self.key_noun,
+            "change_url": reverse(
+                f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_change", args=[quote(obj.pk)]
             ),
-        )
+        }
+        request.current_app = self.admin_site.name
+        response = TemplateResponse(request, "admin/workqueue/key_shown.html", context)
+        add_never_cache_headers(response)
+        patch_cache_control(response, no_store=True)
+        return response
 
     @admin.display(description="key")
     def key_hint_display(self, obj):
@@ -470,8 +487,7 @@ class EnvironmentAdmin(KeyCreatingAdmin):
         if request.method == "POST":
             key = rotate_environment_key(env)
             self.log_change(request, env, "Rotated the environment key.")
-            self.show_key(request, env, key)
-            return HttpResponseRedirect(change_url)
+            return self.show_key(request, env, key, title="Environment key rotated")
         context = {
             **self.admin_site.each_context(request),
             # Django 5.2's admin styles div.breadcrumbs; 6.x styles ol.breadcrumbs.
