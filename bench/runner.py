@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import statistics
@@ -173,6 +174,10 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
+# A throwaway key for the benchmark's own processes (DEBUG off needs one).
+BENCH_SECRET_KEY = os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50)
+
+
 class Workers:
     """Some `runworker` processes, started and waited for until they report in."""
 
@@ -181,6 +186,7 @@ class Workers:
             os.environ,
             DATABASE_URL=db_url,
             DEBUG="0",  # DEBUG logs every statement and its parameters: not what production runs
+            SECRET_KEY=BENCH_SECRET_KEY,  # the settings refuse DEBUG off without one
             PYTHONUNBUFFERED="1",
             WORKQUEUE_LOG_LEVEL="WARNING",
             **(env or {}),
@@ -477,7 +483,7 @@ def bench_wire(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
             "warning",
         ],
         cwd=ROOT,
-        env=dict(os.environ, DATABASE_URL=db.url, DEBUG="0"),
+        env=dict(os.environ, DATABASE_URL=db.url, DEBUG="0", SECRET_KEY=BENCH_SECRET_KEY),
     )
     base = f"http://127.0.0.1:{port}/v1/environments/{env.id}/work"
     headers = {"Authorization": f"Bearer {key}", "Anthropic-Worker-ID": "bench"}

@@ -1,13 +1,15 @@
 """Settings for the demo project that hosts `workqueue` and `operations`.
 
 Read from the environment with django-environ: DATABASE_URL, DEBUG, SECRET_KEY,
-ALLOWED_HOSTS. `make run` / `make test` set DATABASE_URL for you (scripts/devdb.py).
+ALLOWED_HOSTS, and the HTTPS settings below. `make run` / `make test` set DATABASE_URL for you
+(scripts/devdb.py). DEBUG is on unless set off; with DEBUG off, SECRET_KEY must be set.
 """
 
 import importlib.util
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -17,9 +19,26 @@ env = environ.Env(
 )
 
 DEBUG = env("DEBUG")
-# A development-only default: never run with it in production.
-SECRET_KEY = env("SECRET_KEY", default="django-insecure-dev-only-do-not-use-in-production")
+# A public, development-only default: anyone who knows it can forge sessions and signed values,
+# so it is used only with DEBUG on.
+DEVELOPMENT_SECRET_KEY = "django-insecure-dev-only-do-not-use-in-production"
+SECRET_KEY = env("SECRET_KEY", default="") or (DEVELOPMENT_SECRET_KEY if DEBUG else "")
+if not DEBUG and SECRET_KEY in ("", DEVELOPMENT_SECRET_KEY):
+    raise ImproperlyConfigured(
+        "DEBUG is off but SECRET_KEY is not set (or is the public development key): set the SECRET_KEY "
+        "environment variable to a long random secret, e.g. the output of "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))', or set DEBUG=1 for development."
+    )
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
+
+# HTTPS, for a site served over TLS (all off by default so `make run` works on plain HTTP;
+# `manage.py check --deploy` names any a production site still lacks).
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
+if env("SECURE_PROXY_SSL_HEADER", default=""):  # e.g. "HTTP_X_FORWARDED_PROTO" behind a TLS proxy
+    SECURE_PROXY_SSL_HEADER = (env("SECURE_PROXY_SSL_HEADER"), "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -5,6 +5,12 @@ The demo project's settings plus a test app with its own queues and handlers
 DATABASE_URL naming the test database, so they see exactly what the test wrote.
 """
 
+import os
+
+# The test suite's own key (never a production one), so the suite and its subprocesses start
+# with DEBUG off too: project.settings refuses to start without a key when DEBUG is off.
+os.environ.setdefault("SECRET_KEY", "tests-only-secret-key-" + "x" * 40)
+
 from project.settings import *  # noqa: F403
 from project.settings import INSTALLED_APPS, OPERATIONS, WORKQUEUE
 
