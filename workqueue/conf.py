@@ -94,6 +94,9 @@ DEFAULTS: dict[str, object] = {
     "REAP_BATCH": 1000,  # reap: rows per sweep
     "STUCK_AFTER": 300.0,  # a queued item this far past its run_after counts as stuck
     "MAINTENANCE_WARN_AFTER": 600.0,  # a check warns when neither recover nor reap ran for this long
+    "METRICS_TOKEN": None,  # /metrics answers only 'Authorization: Bearer <token>' when set (None: public)
+    "METRICS_CACHE": 5.0,  # seconds a scrape's figures are reused by later scrapes (0: read every time)
+    "MAX_POLLERS": 1000,  # wire: distinct worker ids one environment may have polling at once (429 past it)
 }
 
 _DURATIONS = {
@@ -110,7 +113,7 @@ _DURATIONS = {
     "STUCK_AFTER",
     "MAINTENANCE_WARN_AFTER",
 }
-_COUNTS = {"BATCH", "CONCURRENCY", "RECOVER_BATCH", "REAP_BATCH", "FINALIZE_BATCH"}
+_COUNTS = {"BATCH", "CONCURRENCY", "RECOVER_BATCH", "REAP_BATCH", "FINALIZE_BATCH", "MAX_POLLERS"}
 
 
 def seconds(
@@ -224,6 +227,13 @@ class WorkqueueSettings:
         if not isinstance(merged["PREPARED_STATEMENTS"], bool):
             raise WorkqueueSettingsError("WORKQUEUE['PREPARED_STATEMENTS'] must be True or False.")
         self.prepared_statements: bool = merged["PREPARED_STATEMENTS"]
+        token = merged["METRICS_TOKEN"]
+        if token is not None and (not isinstance(token, str) or not token.strip() or not token.isascii()):
+            raise WorkqueueSettingsError(
+                f"WORKQUEUE['METRICS_TOKEN'] must be None (public) or a non-empty ASCII string, not {token!r}."
+            )
+        self.metrics_token: str | None = token
+        self.metrics_cache: float = seconds(merged["METRICS_CACHE"], what="WORKQUEUE['METRICS_CACHE']", allow_zero=True)
         if self.heartbeat_ttl_min > self.heartbeat_ttl_max:
             raise WorkqueueSettingsError(
                 "WORKQUEUE['HEARTBEAT_TTL_MIN'] must not exceed WORKQUEUE['HEARTBEAT_TTL_MAX']."

@@ -11,14 +11,22 @@ numbers: read the gauges as last/max across instances, never as a sum):
 
 Mount :func:`metrics_view` where your scraper can reach it (the demo serves ``/metrics``),
 or add :class:`QueueCollector` to a registry you already expose with :func:`register`.
+With ``WORKQUEUE["METRICS_TOKEN"]`` set, the view answers only ``Authorization: Bearer
+<token>`` (401 otherwise). The view reuses a scrape's figures for ``WORKQUEUE["METRICS_CACHE"]``
+seconds (5) and collects one scrape at a time, so scrapes cannot load the database.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
+import threading
+import time
 
+from django.core.signals import setting_changed
 from django.db import DatabaseError
 from django.db.models import Count
+from django.dispatch import receiver
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -83,11 +91,54 @@ def register(target: CollectorRegistry) -> QueueCollector:
     return collector
 
 
+_cache_lock = threading.Lock()
+_cached: tuple[float, bytes] | None = None  # (monotonic time collected, body)
+
+
+def clear_cache() -> None:
+    """Forget the cached figures (the next scrape reads the database)."""
+    global _cached
+    with _cache_lock:
+        _cached = None
+
+
+def collect(max_age: float) -> bytes:
+    """The scrape body, read afresh only when the cached one is older than ``max_age`` seconds."""
+    global _cached
+    with _cache_lock:  # concurrent scrapes wait for one collection rather than each running it
+        now = time.monotonic()
+        if _cached is not None and now - _cached[0] < max_age:
+            return _cached[1]
+        body = generate_latest(registry)
+        _cached = (time.monotonic(), body) if max_age > 0 else None
+        return body
+
+
+@receiver(setting_changed)
+def _settings_changed(setting, **kwargs):
+    if setting == "WORKQUEUE":
+        clear_cache()
+
+
+def _authorized(request, token: str | None) -> bool:
+    if token is None:
+        return True
+    scheme, _, presented = request.META.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
 @require_GET
 def metrics_view(request):
-    """The gauges in the Prometheus text format (503 when the database cannot be read)."""
+    """The gauges in the Prometheus text format (401 without the token, 503 when the database cannot be read)."""
+    from workqueue.conf import wq_settings
+
+    conf = wq_settings()
+    if not _authorized(request, conf.metrics_token):
+        response = HttpResponse("# a bearer token is required\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
     try:
-        body = generate_latest(registry)
+        body = collect(conf.metrics_cache)
     except DatabaseError:
         log.warning("metrics scrape could not read the database", exc_info=True)
         return HttpResponse("# the work queue database is unavailable\n", status=503, content_type="text/plain")

@@ -36,6 +36,9 @@ BAD = [
     (with_queue(retry_backoff=0.5), "['broken']['retry_backoff'] must be a number >= 1, not 0.5"),
     ({**settings.WORKQUEUE, "QUEUES": {"bad queue": {}}}, "bad queue name 'bad queue'"),
     ({**settings.WORKQUEUE, "QUEUES": ["a"]}, "WORKQUEUE['QUEUES'] must be a dict"),
+    ({**settings.WORKQUEUE, "METRICS_TOKEN": ""}, "WORKQUEUE['METRICS_TOKEN'] must be None (public) or"),
+    ({**settings.WORKQUEUE, "METRICS_CACHE": -1}, "WORKQUEUE['METRICS_CACHE'] must be 0 or more"),
+    ({**settings.WORKQUEUE, "MAX_POLLERS": 0}, "WORKQUEUE['MAX_POLLERS'] must be an integer >= 1, not 0"),
 ]
 
 
