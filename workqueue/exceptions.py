@@ -84,3 +84,13 @@ class HeartbeatMismatch(WorkqueueError):
     def __init__(self, current: dict | None = None, message: str | None = None):
         super().__init__(message)
         self.current = current or {}
+
+
+class TooManyPollers(WorkqueueError):
+    """The environment already has its maximum of worker ids polling; a new one must wait."""
+
+    default_message = "too many workers are polling this environment"
+
+    def __init__(self, message: str | None = None, *, retry_after: float = 30.0):
+        super().__init__(message)
+        self.retry_after = retry_after

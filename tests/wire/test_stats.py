@@ -75,3 +75,28 @@ def test_a_failing_record_poll_never_fails_the_poll(sdk, env, monkeypatch):
     item = sdk(env.key).beta.environments.work.poll(env.id, anthropic_worker_id="w1")
     assert item is not None and item.data.id == "sess_0"
     assert Poller.objects.count() == 0
+
+
+def test_new_worker_ids_past_the_poller_cap_are_429_and_reserve_nothing(http, env, settings):
+    settings.WORKQUEUE = {**settings.WORKQUEUE, "MAX_POLLERS": 2}
+    enqueue(env, 3)
+    path = f"/v1/environments/{env.id}/work/poll"
+
+    def poll(worker_id: str):
+        return http.get(path, headers={"Authorization": f"Bearer {env.key}", "Anthropic-Worker-ID": worker_id})
+
+    assert poll("w1").status_code == 200
+    assert poll("w2").status_code == 200
+    refused = poll("w3")
+    assert refused.status_code == 429, refused.text
+    error = refused.json()["error"]
+    assert error["type"] == "rate_limit_error" and "MAX_POLLERS" in error["message"]
+    assert error["details"]["error_code"] == "too_many_pollers" and refused.headers["Retry-After"]
+    assert sorted(Poller.objects.values_list("worker_id", flat=True)) == ["w1", "w2"]
+    assert WorkItem.objects.stats(env.id).pending == 2  # the refused poll reserved nothing
+    assert poll("w1").status_code == 200  # a known worker keeps polling
+    # Once the others fall out of the polling window, a new worker id takes their place.
+    with connection.cursor() as cur:
+        cur.execute("UPDATE work_pollers SET last_seen = now() - interval '1 hour'")
+    assert poll("w3").status_code == 200
+    assert sorted(Poller.objects.values_list("worker_id", flat=True)) == ["w3"]

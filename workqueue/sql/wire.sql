@@ -246,16 +246,42 @@ ORDER BY e.id;
 
 
 -- name: wire_record_poll
--- Remember that this worker polled a self_hosted environment just now (workers_polling).
+-- Remember that a known worker polled a self_hosted environment just now (workers_polling).
 -- The same statement forgets this environment's other pollers already outside the window,
 -- so the table stays bounded by recently active workers; those rows could not count anyway.
+-- No row back: this worker id is new (wire_record_new_poller adds it, within the cap).
 WITH pruned AS (
     DELETE FROM work_pollers
     WHERE environment_id = %(environment_id)s AND worker_id <> %(worker_id)s
       AND last_seen < now() - make_interval(secs => %(window_s)s)
 )
-INSERT INTO work_pollers (environment_id, worker_id, last_seen)
-SELECT e.id, %(worker_id)s, now()
-FROM work_environments e
-WHERE e.id = %(environment_id)s AND e.kind = 'self_hosted'
-ON CONFLICT (environment_id, worker_id) DO UPDATE SET last_seen = excluded.last_seen;
+UPDATE work_pollers SET last_seen = now()
+WHERE environment_id = %(environment_id)s AND worker_id = %(worker_id)s
+RETURNING 1;
+
+
+-- name: wire_lock_pollers
+-- Serialize the admission of new worker ids per environment (until the transaction ends), so
+-- concurrent new ids cannot all see room under the cap and overshoot it.
+SELECT pg_advisory_xact_lock(hashtextextended('work_pollers:' || %(environment_id)s, 0));
+
+
+-- name: wire_record_new_poller
+-- Add a new worker id to a self_hosted environment while fewer than max_pollers ids polled it
+-- within the window (stale rows are forgotten on the way). Returns (self_hosted, added):
+-- a self_hosted environment that added nothing is full.
+WITH env AS (
+    SELECT e.id FROM work_environments e WHERE e.id = %(environment_id)s AND e.kind = 'self_hosted'
+), pruned AS (
+    DELETE FROM work_pollers
+    WHERE environment_id = %(environment_id)s AND last_seen < now() - make_interval(secs => %(window_s)s)
+), live AS (
+    SELECT count(*) AS n FROM work_pollers p
+    WHERE p.environment_id = %(environment_id)s AND p.last_seen >= now() - make_interval(secs => %(window_s)s)
+), added AS (
+    INSERT INTO work_pollers (environment_id, worker_id, last_seen)
+    SELECT env.id, %(worker_id)s, now() FROM env, live WHERE live.n < %(max_pollers)s
+    ON CONFLICT (environment_id, worker_id) DO UPDATE SET last_seen = excluded.last_seen
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM env), EXISTS (SELECT 1 FROM added);

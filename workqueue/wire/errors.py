@@ -14,6 +14,7 @@ from workqueue.exceptions import (
     HeartbeatMismatch,
     InvalidInput,
     InvalidMetadata,
+    TooManyPollers,
     WorkConflict,
     WorkNotFound,
 )
@@ -184,4 +185,6 @@ def from_domain(exc: Exception) -> ApiError | None:
         return InvalidMetadataError(exc.problems)
     if isinstance(exc, InvalidInput):
         return BadRequest(str(exc))
+    if isinstance(exc, TooManyPollers):
+        return TooManyRequests(str(exc), retry_after=exc.retry_after, details={"error_code": "too_many_pollers"})
     return None

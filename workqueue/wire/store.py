@@ -20,7 +20,14 @@ from psycopg.types.json import Jsonb
 
 from workqueue import hooks, sql
 from workqueue.conf import wq_settings
-from workqueue.exceptions import HeartbeatMismatch, InvalidInput, InvalidMetadata, WorkConflict, WorkNotFound
+from workqueue.exceptions import (
+    HeartbeatMismatch,
+    InvalidInput,
+    InvalidMetadata,
+    TooManyPollers,
+    WorkConflict,
+    WorkNotFound,
+)
 from workqueue.items import Item
 
 WIRE = sql.load("wire.sql")
@@ -179,11 +186,30 @@ class WireLane:
         return result
 
     def record_poll(self, environment_id: str, worker_id: str) -> None:
-        """Note that ``worker_id`` polled the environment now (feeds ``workers_polling``)."""
-        self._wire(
-            "wire_record_poll",
-            {"environment_id": environment_id, "worker_id": worker_id, "window_s": wq_settings().polling_window},
-        )
+        """Note that ``worker_id`` polled the environment now (feeds ``workers_polling``).
+
+        A new worker id past ``MAX_POLLERS`` live ones raises ``TooManyPollers``, so no key
+        holder can grow the pollers table without bound. Run it inside a transaction: the
+        admission of a new id holds the environment's poller lock until it commits.
+        """
+        conf = wq_settings()
+        params = {
+            "environment_id": environment_id,
+            "worker_id": worker_id,
+            "window_s": conf.polling_window,
+            "max_pollers": conf.max_pollers,
+        }
+        if self._wire("wire_record_poll", params):
+            return
+        self._wire("wire_lock_pollers", params)
+        self_hosted, added = self._wire("wire_record_new_poller", params)[0]
+        if self_hosted and not added:
+            raise TooManyPollers(
+                f"environment {environment_id!r} already has {conf.max_pollers} worker ids polling "
+                f"(WORKQUEUE['MAX_POLLERS']); reuse a worker id, or retry once an idle one has been quiet "
+                f"for {conf.polling_window:g}s",
+                retry_after=conf.polling_window,
+            )
 
     # -- the holder's lifecycle ---------------------------------------------------------
 

@@ -17,7 +17,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, transacti
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from workqueue.exceptions import InvalidInput, WorkqueueError
+from workqueue.exceptions import InvalidInput, TooManyPollers, WorkqueueError
 from workqueue.models import WorkItem
 from workqueue.wire import errors, serializers
 from workqueue.wire.auth import API, ENVIRONMENT, authenticate
@@ -99,10 +99,13 @@ def _json(data, status: int = 200) -> JsonResponse:
 
 
 def _record_poll(environment_id: str, worker_id: str) -> None:
-    # Telemetry only: a failure here is logged and never fails the poll.
+    # Telemetry: a failure here is logged and never fails the poll. The one refusal is a new
+    # worker id past MAX_POLLERS, which ends the poll before it reserves anything (429).
     try:
         with transaction.atomic():
             WorkItem.objects.record_poll(environment_id, worker_id)
+    except TooManyPollers:
+        raise
     except Exception:
         log.warning("record_poll failed for environment %s", environment_id, exc_info=True)
 
