@@ -409,7 +409,8 @@ class KeyCreatingAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if change:
             # Only what the form edits: a full save could undo a key rotated meanwhile.
-            changed = [f for f in form.changed_data if f in form.fields]
+            columns = {f.name for f in type(obj)._meta.concrete_fields}
+            changed = [f for f in form.changed_data if f in form.fields and f in columns]  # m2m: save_related
             if changed:
                 obj.save(update_fields=changed)
             return
@@ -505,16 +506,30 @@ class EnvironmentAdmin(KeyCreatingAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(KeyCreatingAdmin):
-    list_display = ("name", "key_hint_display", "status_display", "created_at")
+    list_display = ("name", "key_hint_display", "status_display", "environments_display", "created_at")
     list_filter = ("revoked",)
     search_fields = ("name",)
-    fields = ("name", "key_hint_display", "status_display", "created_at")
+    create_fields = ("name", "environments")
+    fields = ("name", "environments", "key_hint_display", "status_display", "created_at")
     readonly_fields = ("key_hint_display", "status_display", "created_at")
+    filter_horizontal = ("environments",)
     actions = ("revoke",)
     key_noun = "API key"
 
     def create(self, cleaned_data):
-        return create_api_key(cleaned_data["name"])
+        return create_api_key(cleaned_data["name"], environments=cleaned_data.get("environments") or ())
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("environments")
+
+    def save_related(self, request, form, formsets, change):
+        if change:  # on add, create() already set them
+            super().save_related(request, form, formsets, change)
+
+    @admin.display(description="environments")
+    def environments_display(self, obj):
+        names = [e.name for e in obj.environments.all()]
+        return ", ".join(names) if names else "all environments"
 
     @admin.display(description="status", ordering="revoked")
     def status_display(self, obj):

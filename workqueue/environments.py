@@ -41,11 +41,19 @@ def rotate_environment_key(env: Environment) -> str:
     return key
 
 
-def create_api_key(name: str) -> tuple[ApiKey, str]:
-    """Create a control-plane API key; return it and the key (shown once)."""
+@transaction.atomic
+def create_api_key(name: str, environments=()) -> tuple[ApiKey, str]:
+    """Create a control-plane API key; return it and the key (shown once).
+
+    ``environments`` (ids, names or Environment rows) limits the key to those environments
+    (404 elsewhere, like an environment key); none makes it site-wide.
+    """
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise InvalidInput("name must be a non-empty string of at most 200 characters")
     if ApiKey.objects.filter(name=name).exists():
         raise InvalidInput(f"an API key named {name!r} already exists")
+    scope = [e if isinstance(e, Environment) else find_environment(e) for e in environments]
     key = keys.mint(keys.API_KEY_PREFIX)
-    return ApiKey.objects.create(name=name, key_hash=keys.digest(key), key_hint=keys.hint(key)), key
+    api_key = ApiKey.objects.create(name=name, key_hash=keys.digest(key), key_hint=keys.hint(key))
+    api_key.environments.set(scope)
+    return api_key, key

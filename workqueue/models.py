@@ -232,6 +232,13 @@ class ApiKey(models.Model):
     key_hint = models.CharField(max_length=16, editable=False)
     created_at = models.DateTimeField(db_default=Now(), editable=False)
     revoked = models.BooleanField(default=False)
+    environments = models.ManyToManyField(
+        Environment,
+        blank=True,
+        related_name="api_keys",
+        db_table="work_api_key_environments",
+        help_text="The environments this key may act on; none means every environment (site-wide).",
+    )
 
     class Meta:
         db_table = "work_api_keys"

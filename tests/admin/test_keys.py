@@ -157,3 +157,40 @@ def test_a_rotated_key_is_shown_on_the_response_page_and_kept_in_no_cookie(admin
     assert keys.matches(key, env.key_hash)
     assert "no-store" in response["Cache-Control"]
     assert key not in _cookies_and_sessions(admin_client)
+
+
+def test_an_api_keys_environments_are_chosen_shown_and_edited_in_the_admin(admin_client):
+    edge, _ = create_environment("edge", "self_hosted")
+    core, _ = create_environment("core", "self_hosted")
+    response = admin_client.post(reverse("admin:workqueue_apikey_add"), {"name": "ci", "environments": [edge.pk]})
+    assert response.status_code == 200, response.content
+    api_key = ApiKey.objects.get(name="ci")
+    assert list(api_key.environments.values_list("pk", flat=True)) == [edge.pk]
+    listing = admin_client.get(reverse("admin:workqueue_apikey_changelist")).content.decode()
+    assert "edge" in listing
+    change_url = reverse("admin:workqueue_apikey_change", args=[api_key.pk])
+    response = admin_client.post(change_url, {"name": "ci", "environments": [edge.pk, core.pk]})
+    assert response.status_code == 302, response.content
+    assert set(api_key.environments.values_list("pk", flat=True)) == {edge.pk, core.pk}
+    admin_client.post(change_url, {"name": "ci", "environments": []})
+    assert not api_key.environments.exists()
+    assert "all environments" in admin_client.get(reverse("admin:workqueue_apikey_changelist")).content.decode()
+
+
+def test_the_apikeys_command_limits_a_key_to_environments():
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    edge, _ = create_environment("edge", "self_hosted")
+    out = StringIO()
+    call_command("apikeys", "create", "scoped", "--environment", "edge", "--json", stdout=out)
+    key = json.loads(out.getvalue())["key"]
+    api_key = ApiKey.objects.get(name="scoped")
+    assert keys.matches(key, api_key.key_hash)
+    assert list(api_key.environments.all()) == [edge]
+    call_command("apikeys", "create", "everywhere", stdout=StringIO())
+    listing = StringIO()
+    call_command("apikeys", "list", stdout=listing)
+    assert "scoped" in listing.getvalue() and "all environments" in listing.getvalue()

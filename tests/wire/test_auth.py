@@ -118,3 +118,26 @@ def test_revoked_and_rotated_keys_stop_working(sdk, env, api_key):
     with pytest.raises(anthropic.AuthenticationError):
         sdk(env.key).beta.environments.work.poll(env.id)
     assert sdk(new_key).beta.environments.work.poll(env.id) is None
+
+
+def test_an_api_key_limited_to_environments_is_404_outside_them(http, env, other_env):
+    from workqueue.environments import create_api_key
+
+    scoped = create_api_key("edge-only", environments=[env.id])[1]
+    site_wide = create_api_key("everywhere")[1]
+    (mine,) = enqueue(env, 1)
+    (theirs,) = enqueue(other_env, 1, prefix="other")
+    before = snapshot()
+    for method, path, kwargs, takes in endpoints(other_env.id, theirs.public_id):
+        if takes == "environment":
+            continue
+        response = http.request(method, path, headers={"Authorization": f"Bearer {scoped}"}, **kwargs)
+        assert response.status_code == 404, (method, path, response.text)
+        assert response.json()["error"]["details"]["error_code"] == "environment_not_found"
+    assert snapshot() == before
+    headers = {"Authorization": f"Bearer {scoped}"}
+    assert http.get(f"/v1/environments/{env.id}/work/{mine.public_id}", headers=headers).status_code == 200
+    # A key with no environments is site-wide.
+    everywhere = {"Authorization": f"Bearer {site_wide}"}
+    assert http.get(f"/v1/environments/{other_env.id}/work/{theirs.public_id}", headers=everywhere).status_code == 200
+    assert http.get(f"/v1/environments/{env.id}/work/{mine.public_id}", headers=everywhere).status_code == 200

@@ -14,6 +14,13 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="Create an API key and print it once.")
         create.add_argument("name")
+        create.add_argument(
+            "--environment",
+            action="append",
+            default=[],
+            metavar="ENV",
+            help="Limit the key to this environment (id or name; repeatable). Without it the key is site-wide.",
+        )
         create.add_argument("--json", action="store_true")
         revoke = sub.add_parser("revoke", help="Revoke an API key by name.")
         revoke.add_argument("name")
@@ -23,7 +30,7 @@ class Command(BaseCommand):
         action = opts["action"]
         try:
             if action == "create":
-                obj, key = create_api_key(opts["name"])
+                obj, key = create_api_key(opts["name"], environments=opts["environment"])
                 if opts["json"]:
                     self.stdout.write(json.dumps({"name": obj.name, "key": key}))
                 else:
@@ -33,7 +40,8 @@ class Command(BaseCommand):
                     raise InvalidInput(f"no API key named {opts['name']!r}")
                 self.stdout.write(f"revoked {opts['name']!r}")
             else:
-                for k in ApiKey.objects.order_by("name"):
-                    self.stdout.write(f"{k.name}  {k.key_hint}…  {'revoked' if k.revoked else 'active'}")
+                for k in ApiKey.objects.order_by("name").prefetch_related("environments"):
+                    scope = ", ".join(e.name for e in k.environments.all()) or "all environments"
+                    self.stdout.write(f"{k.name}  {k.key_hint}…  {'revoked' if k.revoked else 'active'}  {scope}")
         except InvalidInput as exc:
             raise CommandError(str(exc), returncode=2)
