@@ -36,15 +36,11 @@ from operations.conf import ops_settings
 from operations.exceptions import InvalidRequest, OperationNotFound, TooManyWatchers
 from operations.models import Operation
 from operations.registry import KIND
+from operations.runner import CODE_ATTEMPTS_EXHAUSTED, CODE_INTERNAL, INTERNAL_PREFIX
 from workqueue.wire import errors
 
 log = logging.getLogger("operations.http")
 
-CODE_INTERNAL = "internal"
-CODE_ATTEMPTS_EXHAUSTED = "attempts_exhausted"
-# The runner prefixes the message of an attempts_exhausted that carries an internal error with
-# this, so the owner-facing shape can hide it too (see render()).
-INTERNAL_PREFIX = "internal: "
 INTERNAL_MESSAGE = "the run failed with an internal error; an operator can see the details"
 RETRY_AFTER = 5  # seconds: the hint sent with a 429 or 503
 SSE_RETRY_MS = 3000  # the reconnect delay a watch stream's first event asks EventSource for
@@ -117,10 +113,6 @@ def render(op: Operation, *, detail: bool = False) -> dict:
         "startedAt": _iso(op.started_at),
         "finishedAt": _iso(op.finished_at),
     }
-
-
-def error_response(status: int, kind: str, message: str) -> JsonResponse:
-    return JsonResponse({"type": "error", "error": {"type": kind, "message": message}}, status=status)
 
 
 def _owner(request) -> str | None:

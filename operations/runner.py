@@ -37,6 +37,9 @@ MAX_TRACEBACK = 8 * 1024
 
 CODE_INTERNAL = "internal"
 CODE_ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+# Starts the message of an attempts_exhausted that carries an unclassified exception's text,
+# which owners never see (operations.http.public_error); the admin and attempt_log keep it.
+INTERNAL_PREFIX = "internal: "
 CODE_UNKNOWN_KIND = "unknown_kind"
 CODE_CANCELLED = "cancelled"
 CODE_RESULT_TOO_LARGE = "result_too_large"
@@ -225,9 +228,7 @@ def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attem
     retryable = not is_unretryable(exc)
     if not retryable or attempt.final:
         if retryable:
-            # "internal: " marks an unclassified exception's text, which owners never see
-            # (operations.http.public_error); the admin and attempt_log keep it.
-            prefix = "internal: " if code == CODE_INTERNAL else ""
+            prefix = INTERNAL_PREFIX if code == CODE_INTERNAL else ""
             message = _clip(f"{prefix}{message} (after {attempt.number} attempts)")
             code = CODE_ATTEMPTS_EXHAUSTED
         return _finish(

@@ -200,6 +200,8 @@ class Watcher:
             current = self._read(op_id, owner)
             if current.done:
                 return self._finished(op_id, current)
+            with self._lock:
+                self._check_room()
         # Follow first, then read: a write that commits after the follow notifies, and one
         # that committed before it is in the first snapshot.
         self._follow(op_id)
@@ -212,17 +214,21 @@ class Watcher:
                 self._unfollow(op_id)
                 return sub  # a finished operation needs no following, so it takes no slot
             with self._lock:
-                if len(self._subs) >= self.max_subscriptions:
-                    raise TooManyWatchers(
-                        f"this process already follows {self.max_subscriptions} operations "
-                        "(OPERATIONS['WATCHER_MAX_SUBSCRIPTIONS']); retry later"
-                    )
+                self._check_room()
                 self._subs.add(sub)
         except BaseException:
             self._unfollow(op_id)
             raise
         self._ensure_running()
         return sub
+
+    def _check_room(self) -> None:
+        # Under self._lock.
+        if len(self._subs) >= self.max_subscriptions:
+            raise TooManyWatchers(
+                f"this process already follows {self.max_subscriptions} operations "
+                "(OPERATIONS['WATCHER_MAX_SUBSCRIPTIONS']); retry later"
+            )
 
     def _read(self, op_id: str, owner: str | None):
         current = store.get_many([op_id], using=self.using).get(op_id)
