@@ -132,3 +132,8 @@ def task_id_and_backend(context):
 def check_context(context, attempt):
     assert context.attempt == attempt
     assert context.task_result.status == "RUNNING"
+
+
+@task(takes_context=True)
+def get_task_id(context):
+    return context.task_result.id
