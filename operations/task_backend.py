@@ -14,6 +14,11 @@ progress, cancellation, watcher, admin and HTTP surface, and the queue's crash r
 task whose worker dies is retried by another worker, never left RUNNING. Works with Django 6
 (``django.tasks``) and with Django 5.2 plus the ``django-tasks`` backport.
 
+The stored request keeps what ``.using()`` set (priority, queue, ``run_after``, backend alias),
+so ``get_result`` rebuilds the task as it was enqueued and the run happens on that backend.
+``task_finished`` is sent once the end is saved, with the saved result. Where we differ from
+Django's development backends (JSON arguments, ``QUEUES: []``, retries) is in the README.
+
 Beyond Django's API:
 
 - retries with a ceiling and backoff, per backend (``OPTIONS``) or per task
@@ -382,12 +387,7 @@ def run_task(request: dict, reporter):
     """Run one stored task: the operation kind's run function."""
     import operations
 
-    try:
-        found = import_string(request["task"])
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise operations.Unretryable(
-            operations.Fail("task_not_found", "%s cannot be imported: %s", request["task"], exc)
-        ) from exc
+    found = import_string(request["task"])  # an ImportError is retried: another worker may have the code
     if not isinstance(found, Task):
         raise operations.Unretryable(
             operations.Fail("not_a_task", "%s is not a task (decorate it with @task)", request["task"])
