@@ -49,7 +49,6 @@ from django.utils.module_loading import import_string
 
 from operations._tasks_compat import (
     InvalidTask,
-    TaskContext,
     TaskResultDoesNotExist,
     TaskResultStatus,
     task_backends,
@@ -511,7 +510,6 @@ def test_takes_context_and_context_under_runworker(start_worker):
     wait_finished(with_id, checked)
     assert with_id.return_value == with_id.id  # Django's test_takes_context
     assert checked.status == TaskResultStatus.SUCCESSFUL, checked.errors  # Django's test_context
-    assert isinstance(TaskContext, type)
 
 
 def _only_queue(name: str) -> dict:
@@ -674,7 +672,7 @@ def test_signals_carry_the_result_at_each_step(signals):
         # enq is a copy made when sent (the returned result is refreshed later); the others are
         # the payloads themselves, which nothing changes after they are sent.
         (_, _, enq_payload, enq), (_, _, started, _), (_, _, ended, _) = mine
-        assert enq_payload is r or enq_payload.id == r.id
+        assert enq_payload is r  # enqueue sends the result it returns
         assert enq.status == TaskResultStatus.READY and enq.started_at is None
         assert started.status == TaskResultStatus.RUNNING
         assert started.started_at is not None and started.worker_ids == ["inline"] and started.finished_at is None

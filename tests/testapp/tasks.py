@@ -3,9 +3,9 @@
 import time
 
 try:
-    from django.tasks import task
+    from django.tasks import TaskContext, task
 except ImportError:  # Django 5.2 with the django-tasks backport
-    from django_tasks import task
+    from django_tasks import TaskContext, task
 
 
 @task
@@ -130,6 +130,7 @@ def task_id_and_backend(context):
 
 @task(takes_context=True)
 def check_context(context, attempt):
+    assert isinstance(context, TaskContext)
     assert context.attempt == attempt
     assert context.task_result.status == "RUNNING"
 
