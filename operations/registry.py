@@ -110,6 +110,7 @@ class Registry:
 
     def __init__(self):
         self._defs: dict[str, Definition] = {}
+        self._resolved: dict[str, Definition] = {}  # made on demand by a resolver; not listed by kinds()
         self._resolvers: dict[str, Callable[[str], Definition | None]] = {}
         self._lock = threading.Lock()
 
@@ -174,6 +175,7 @@ class Registry:
         """Forget a kind (for tests)."""
         with self._lock:
             self._defs.pop(kind, None)
+            self._resolved.pop(kind, None)
 
     def add_resolver(self, prefix: str, resolve: Callable[[str], Definition | None]) -> None:
         """Let ``resolve(kind)`` supply definitions for kinds starting with ``prefix`` on demand
@@ -182,7 +184,7 @@ class Registry:
             self._resolvers[prefix] = resolve
 
     def get(self, kind: str) -> Definition:
-        found = self._defs.get(kind)
+        found = self._defs.get(kind) or self._resolved.get(kind)
         if found is not None:
             return found
         for prefix, resolve in list(self._resolvers.items()):
@@ -190,7 +192,7 @@ class Registry:
                 definition = resolve(kind)
                 if definition is not None:
                     with self._lock:
-                        return self._defs.setdefault(kind, definition)
+                        return self._resolved.setdefault(kind, definition)
         raise UnknownKind(kind, self.kinds())
 
     def has(self, kind: str) -> bool:
@@ -201,7 +203,8 @@ class Registry:
         return True
 
     def kinds(self) -> list[str]:
-        """The kinds this process can run, sorted."""
+        """The kinds registered in this process, sorted (not those a resolver makes on demand,
+        such as one per django.tasks task: which of those a process has met is happenstance)."""
         return sorted(self._defs)
 
 

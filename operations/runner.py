@@ -9,6 +9,9 @@ Outcomes:
 - attempts spent → failed ``attempts_exhausted`` carrying the last error;
 - unknown kind → failed ``unknown_kind`` at once; a result detail over 16 KiB → failed
   ``result_too_large`` at once;
+- ``SystemExit``, ``KeyboardInterrupt`` or any other ``BaseException`` from a run fails its
+  attempt like an exception (the runner thread lives on); in the main thread a
+  ``KeyboardInterrupt`` is recorded and then raised again, since it may be the user's Ctrl-C;
 - a worker shutting down releases the operation (``runworker`` hands its item back and the
   ``released`` hook returns the operation to pending); it is not failed.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import traceback
 
 from operations import store
@@ -159,9 +163,7 @@ def handle(item, ctx) -> None:
     failure = None
     try:
         result = definition.run(request, reporter)
-    except (KeyboardInterrupt, GeneratorExit):
-        raise
-    except BaseException as exc:  # SystemExit from a run fails its attempt, like any error
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt...: the attempt failed, like any error
         failure = exc
     finally:
         flusher.discard(reporter)
@@ -182,6 +184,10 @@ def handle(item, ctx) -> None:
             definition.finished(op, state, None if failure is not None else result, failure)
         except Exception:
             log.exception("%s: the finished callback of %s raised", op.id, op.kind)
+    if isinstance(failure, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+        # Recorded; but in the main thread (an inline drain, a shell) it may be the user's
+        # Ctrl-C, and they asked to stop. A worker's runner threads never get a real one.
+        raise failure
 
 
 def _succeeded(reporter: Reporter, common: dict, result) -> str | None:

@@ -14,6 +14,11 @@ progress, cancellation, watcher, admin and HTTP surface, and the queue's crash r
 task whose worker dies is retried by another worker, never left RUNNING. Works with Django 6
 (``django.tasks``) and with Django 5.2 plus the ``django-tasks`` backport.
 
+The stored request keeps what ``.using()`` set (priority, queue, ``run_after``, backend alias),
+so ``get_result`` rebuilds the task as it was enqueued and the run happens on that backend.
+``task_finished`` is sent once the end is saved, with the saved result. Where we differ from
+Django's development backends (JSON arguments, ``QUEUES: []``, retries) is in the README.
+
 Beyond Django's API:
 
 - retries with a ceiling and backoff, per backend (``OPTIONS``) or per task
@@ -24,12 +29,14 @@ Beyond Django's API:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
 from dataclasses import dataclass
 
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from operations._tasks_compat import (
@@ -42,6 +49,7 @@ from operations._tasks_compat import (
     TaskResultDoesNotExist,
     TaskResultStatus,
     normalize_json,
+    task_backends,
     task_enqueued,
     task_finished,
     task_started,
@@ -72,6 +80,14 @@ STATUS = {
     "failed": TaskResultStatus.FAILED,
     "cancelled": TaskResultStatus.FAILED,
 }
+
+
+class InvalidTaskArguments(InvalidTask, TypeError):
+    """The task's arguments cannot be stored as JSON (an ``InvalidTask`` and a ``TypeError``).
+
+    Django's development backends raise ``TypeError`` here and ours used to raise
+    ``InvalidTask``: code written against either catches this one.
+    """
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,6 +170,17 @@ class OperationsBackend(BaseTaskBackend):
             )
             for problem in self.option_problems
         ]
+        if not self.queues:
+            errors.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}]['QUEUES'] is empty: Django reads that as 'any queue name', "
+                    "but runworker serves only the queues it is told about, so a task on any other "
+                    "queue would wait forever.",
+                    hint='List every queue name your tasks use, e.g. "QUEUES": ["default", "emails"] '
+                    '(or leave QUEUES out for ["default"]).',
+                    id="operations.E103",
+                )
+            )
         for name in sorted(self.queues):
             queue = self.queue_for(name) if not self.option_problems else name
             if not isinstance(name, str) or not QUEUE_NAME.match(queue):
@@ -191,16 +218,22 @@ class OperationsBackend(BaseTaskBackend):
         import operations
 
         self.validate_task(task)
+        if not self.queues:
+            raise InvalidTask(
+                f"TASKS[{self.alias!r}]['QUEUES'] is empty, so no worker would serve queue "
+                f"{task.queue_name!r}: list the queue names your tasks use (operations.E103)"
+            )
         try:
             args_json = normalize_json(list(args))
             kwargs_json = normalize_json(dict(kwargs))
             json.dumps([args_json, kwargs_json], allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise InvalidTask(
+            raise InvalidTaskArguments(
                 f"the arguments of {task.module_path} must be JSON-serialisable ({exc}); "
                 "pass ids and plain values, not model instances or objects"
-            )
+            ) from None
         policy = self._retry_policy(task)
+        priority = int(task.priority)  # Django accepts whole floats (3.0); the queue stores integers
         request = {
             "task": task.module_path,
             "args": args_json,
@@ -208,30 +241,34 @@ class OperationsBackend(BaseTaskBackend):
             "takes_context": task.takes_context,
             "backend": self.alias,
             "queue_name": task.queue_name,
-            "priority": task.priority,
+            "priority": priority,
+            "run_after": task.run_after.isoformat() if task.run_after is not None else None,
             **policy,
         }
+        if task.backend != self.alias:  # enqueued through another backend than the task names
+            request["task_backend"] = task.backend
         try:
             op = operations.start(
                 kind_for(task.module_path),
                 request,
                 owner=self.settings["OWNER"] or None,
-                priority=task.priority,
+                priority=priority,
                 run_after=task.run_after,
                 queue=self.queue_for(task.queue_name),
                 max_attempts=policy["max_attempts"],
             )
         except operations.InvalidRequest as exc:
-            raise InvalidTask(str(exc))
+            raise InvalidTask(str(exc)) from None
         result = self._result(op, task=task)
         task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id):
+        """The task's result as stored now; only results this backend enqueued."""
         from operations.models import Operation
 
         op = Operation.objects.filter(pk=result_id, kind__startswith=KIND_PREFIX).first()
-        if op is None or not is_task_kind(op.kind):
+        if op is None or not is_task_kind(op.kind) or (op.request or {}).get("backend", self.alias) != self.alias:
             raise TaskResultDoesNotExist(result_id)
         return self._result(op)
 
@@ -245,7 +282,7 @@ class OperationsBackend(BaseTaskBackend):
     def _result(self, op, *, task=None) -> TaskResult:
         request = op.request or {}
         if task is None:
-            task = load_task(request.get("task", ""), self.alias, request)
+            task = load_task(request, self.alias)
         log_entries = op.attempt_log or []
         errors = [
             TaskError(exception_class_path=e["exception"], traceback=e.get("traceback", ""))
@@ -262,7 +299,7 @@ class OperationsBackend(BaseTaskBackend):
             last_attempted_at=_parse(log_entries[-1].get("started_at")) if log_entries else None,
             args=request.get("args", []),
             kwargs=request.get("kwargs", {}),
-            backend=self.alias,
+            backend=request.get("backend", self.alias),
             errors=errors,
             worker_ids=[e.get("worker_id", "") for e in log_entries],
         )
@@ -303,21 +340,41 @@ def _missing_task(*args, **kwargs):
     raise RuntimeError("this task's function could not be imported")
 
 
-def load_task(path: str, alias: str, request: dict):
-    """The Task object a stored request names (a placeholder when it can no longer be imported)."""
+def load_task(request: dict, alias: str = "default"):
+    """The task as it was enqueued: the stored function with the options ``.using()`` gave it.
+
+    A function that can no longer be imported reads back as a placeholder; options the backend
+    would now refuse (a queue since removed from QUEUES) are kept as stored, unvalidated.
+    """
+    options = {
+        "backend": request.get("task_backend") or request.get("backend") or alias,
+        "queue_name": request.get("queue_name") or "default",
+        "priority": request.get("priority", 0),
+        "run_after": _parse(request.get("run_after")),
+    }
     try:
-        found = import_string(path)
-        if isinstance(found, Task):
-            return found
+        found = import_string(request.get("task", ""))
     except (ImportError, AttributeError, ValueError):
-        pass
-    return OperationTask(
-        func=_missing_task,
-        backend=alias,
-        queue_name=request.get("queue_name", "default"),
-        priority=request.get("priority", 0),
-        takes_context=False,
-    )
+        found = None
+    if not isinstance(found, Task):
+        return _unvalidated(OperationTask, func=_missing_task, takes_context=False, **options)
+    try:
+        return found.using(**options)
+    except (InvalidTask, ImproperlyConfigured):  # InvalidTaskBackend is an ImproperlyConfigured
+        return _unvalidated(type(found), **{**_fields(found), **options})
+
+
+def _fields(task) -> dict:
+    return {f.name: getattr(task, f.name) for f in dataclasses.fields(task)}
+
+
+def _unvalidated(cls, **values):
+    """A task built from stored values without asking the backend (it may refuse them now)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    task = object.__new__(cls)
+    for name, value in {**defaults, **values}.items():
+        object.__setattr__(task, name, value)
+    return task
 
 
 def _delay(request, attempt_number: int) -> float:
@@ -330,12 +387,13 @@ def run_task(request: dict, reporter):
     """Run one stored task: the operation kind's run function."""
     import operations
 
-    task = import_string(request["task"])
-    if not isinstance(task, Task):
+    found = import_string(request["task"])  # an ImportError is retried: another worker may have the code
+    if not isinstance(found, Task):
         raise operations.Unretryable(
             operations.Fail("not_a_task", "%s is not a task (decorate it with @task)", request["task"])
         )
-    backend = task.get_backend()
+    task = load_task(request)  # with the options it was enqueued with, on the backend that enqueued it
+    backend = task_backends[request.get("backend") or task.backend]
     op = reporter.operation
     result = backend._result(op, task=task) if op is not None else None
     if result is not None:
@@ -346,28 +404,26 @@ def run_task(request: dict, reporter):
         value = task.call(OperationTaskContext(task_result=result, reporter=reporter), *args, **kwargs)
     else:
         value = task.call(*args, **kwargs)
+    try:
+        value = normalize_json(value)
+    except (TypeError, ValueError) as exc:
+        # The task ran (and did whatever it does) but its value cannot be kept: running it
+        # again would return the same kind of value, so it fails now, as Django's backends do.
+        raise operations.Unretryable(exc) from None
     # The runner refuses a result over its 16 KiB limit (failed result_too_large, not retried).
-    return {"return_value": normalize_json(value)}
+    return {"return_value": value}
 
 
 def task_ended(op, state: str, value, exc: BaseException | None) -> None:
-    """Send ``task_finished`` once the task's end is recorded, with the status it was recorded as."""
-    from django.utils import timezone
-
-    from operations.runner import attempt_entry
+    """Send ``task_finished`` once the task's end is saved, with the result as saved."""
+    from operations.models import Operation
 
     request = op.request or {}
-    task = load_task(request.get("task", ""), request.get("backend", "default"), request)
-    backend = task.get_backend()
-    result = backend._result(op, task=task)
-    object.__setattr__(result, "status", STATUS[state])
-    object.__setattr__(result, "finished_at", timezone.now())
-    if exc is not None:
-        entry = attempt_entry(exc)
-        result.errors.append(TaskError(exception_class_path=entry["exception"], traceback=entry["traceback"]))
-    if state == "succeeded" and isinstance(value, dict):
-        object.__setattr__(result, "_return_value", value.get("return_value"))
-    task_finished.send(type(backend), task_result=result)
+    backend = task_backends[request.get("backend") or "default"]
+    saved = Operation.objects.using(op._state.db or "default").filter(pk=op.id).first()
+    if saved is None:  # deleted in the meantime: nothing to report
+        return
+    task_finished.send(type(backend), task_result=backend._result(saved))
 
 
 def resolve(kind: str) -> Definition | None:

@@ -55,11 +55,18 @@ OPERATIONS = {
     "WATCHER_POLL": 1.0,
 }
 
-# The django.tasks backend under test: quick retries so retry tests finish in seconds.
+# The django.tasks backend under test: quick retries so retry tests finish in seconds. A second
+# alias ("other", one attempt, its own owner) proves results and runs keep the enqueuing backend;
+# both put Django queue "default" on workqueue queue "tasks.default".
 TASKS = {
     "default": {
         "BACKEND": "operations.task_backend.OperationsBackend",
-        "QUEUES": ["default", "emails"],
+        "QUEUES": ["default", "emails", "queue_1"],
         "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_DELAY": 0.2, "RETRY_BACKOFF": 1},
-    }
+    },
+    "other": {
+        "BACKEND": "operations.task_backend.OperationsBackend",
+        "QUEUES": ["default", "queue_1"],
+        "OPTIONS": {"MAX_ATTEMPTS": 1, "OWNER": "other-owner"},
+    },
 }

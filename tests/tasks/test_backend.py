@@ -270,3 +270,193 @@ def test_task_finished_is_sent_once_with_the_status_the_end_was_recorded_as(sign
     # It returned, but its value was too large to keep: finished says FAILED, as the row does.
     assert events(big) == [running, ("finished", TaskResultStatus.FAILED, None)]
     assert Operation.objects.get(pk=big.id).error_code == "result_too_large"
+
+
+def run_inline_until_finished(*results, queue="tasks.default"):
+    """Run the task queue here, in this thread, the way a worker runs it, until every result ends."""
+    from tests.operations.conftest import run_next
+
+    def done():
+        return all(finished(r) for r in results)
+
+    wait_until(lambda: run_next("inline", queue) is None and done(), timeout=60, message="the tasks to finish")
+
+
+@pytest.fixture
+def finished_seen():
+    """What a task_finished receiver sees: its payload, and what get_result says at that moment."""
+    from operations import reporter as reporter_mod
+    from operations._tasks_compat import task_finished
+
+    seen = {}
+
+    def ended(sender, task_result, **kwargs):
+        reread = task_result.task.get_backend().get_result(task_result.id)
+        seen.setdefault(task_result.id, []).append((task_result, reread))
+
+    task_finished.connect(ended)
+    reporter_mod.flusher.linger = 0.2
+    yield seen
+    task_finished.disconnect(ended)
+    if reporter_mod.flusher._thread is not None:
+        reporter_mod.flusher._thread.join(5)
+    reporter_mod.flusher.linger = 5.0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("task_name", "exception_path", "text"),
+    [
+        ("fail_system_exit", "builtins.SystemExit", "SystemExit: This task failed due to SystemExit"),
+        ("call_exit", "builtins.SystemExit", "SystemExit"),
+        ("complex_return_value", "builtins.TypeError", "Unsupported type"),
+        ("fail_value_error", "builtins.ValueError", "ValueError: This task failed due to ValueError"),
+    ],
+)
+def test_every_failed_ending_sends_task_finished_once_it_is_recorded(finished_seen, task_name, exception_path, text):
+    result = getattr(tasks, task_name).enqueue()
+    run_inline_until_finished(result)
+
+    assert result.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in result.errors] == [exception_path]
+    assert text in result.errors[0].traceback
+    # Sent once, after the end was saved: the payload is the saved result, and get_result says so too.
+    [(payload, reread)] = finished_seen[result.id]
+    assert payload.status == reread.status == TaskResultStatus.FAILED
+    assert payload.finished_at is not None and payload.finished_at == reread.finished_at == result.finished_at
+    assert [e.exception_class_path for e in payload.errors] == [exception_path]
+    assert payload.errors == reread.errors
+    with pytest.raises(ValueError, match="Task failed"):
+        _ = payload.return_value
+
+
+@pytest.mark.django_db(transaction=True)
+def test_task_finished_for_a_success_carries_the_saved_result(finished_seen):
+    result = tasks.meaning_of_life.enqueue()
+    run_inline_until_finished(result)
+    [(payload, reread)] = finished_seen[result.id]
+    assert payload.status == reread.status == TaskResultStatus.SUCCESSFUL
+    assert payload.return_value == reread.return_value == 42
+    assert payload.finished_at == reread.finished_at == result.finished_at
+    assert payload == reread == result
+
+
+# -- .using() options survive the round trip (issue 10, point 1) ------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_get_result_returns_the_task_as_enqueued_with_its_using_options():
+    run_after = timezone.now() + dt.timedelta(hours=1)
+    result = tasks.noop.using(priority=20, queue_name="queue_1", run_after=run_after).enqueue(1, two=3)
+
+    again = tasks.noop.get_result(result.id)
+    assert (again.task.priority, again.task.queue_name, again.task.run_after) == (20, "queue_1", run_after)
+    assert again.task == result.task and again.backend == result.backend == "default"
+    assert again == result
+    result.refresh()
+    assert result == again
+    op = Operation.objects.get(pk=result.id)
+    assert (op.queue, op.priority) == ("tasks.queue_1", 20)
+    assert WorkItem.objects.get(key=result.id).run_after == run_after
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_enqueued_on_another_backend_reads_back_and_runs_as_that_backends(start_worker):
+    from django.utils.crypto import get_random_string
+
+    seen = tasks.task_id_and_backend.using(backend="other", priority=7).enqueue()
+    failing = tasks.explode.using(backend="other").enqueue("once")  # "other" allows one attempt
+    assert (seen.backend, seen.task.backend) == ("other", "other")
+
+    other = task_backends["other"]
+    assert other.get_result(seen.id) == seen
+    with pytest.raises(TaskResultDoesNotExist):  # each backend answers for its own results
+        task_backends["default"].get_result(seen.id)
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.task_id_and_backend.get_result(seen.id)
+    assert Operation.objects.get(pk=seen.id).owner == "other-owner"
+
+    start_worker("--queue", "tasks.default", "--poll", "0.5", "--worker-id", get_random_string(8))
+    for result in (seen, failing):
+        wait_until(lambda r=result: finished(r), timeout=30, message=f"{result.id} to finish")
+    # Inside the run, context.task_result is the result of backend "other", task options and all.
+    assert seen.return_value == {
+        "id": seen.id,
+        "backend": "other",
+        "task_backend": "other",
+        "queue_name": "default",
+        "priority": 7,
+    }
+    assert seen.task.backend == "other" and seen.task.priority == 7
+    assert failing.status == TaskResultStatus.FAILED and len(failing.errors) == 1
+
+
+# -- BaseException in a task (issue 10, point 4) ----------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keyboard_interrupt_in_a_task_fails_it_and_the_single_runner_goes_on(start_ready_worker):
+    interrupted = tasks.interrupt.enqueue()
+    worker = start_ready_worker("ki-worker", "--queue", "tasks.default", "--concurrency", "1", "--poll", "0.5")
+    wait_until(lambda: finished(interrupted), timeout=30, message="the interrupted task to be recorded")
+    after = tasks.add.enqueue(20, 22)  # the only runner thread must still be there to run it
+    wait_until(lambda: finished(after), timeout=30, message="a task after the interrupt to run")
+
+    assert interrupted.status == TaskResultStatus.FAILED, worker.output()[-3000:]
+    [error] = interrupted.errors
+    assert error.exception_class is KeyboardInterrupt
+    assert error.traceback.endswith("KeyboardInterrupt: This task failed due to KeyboardInterrupt\n")
+    entry = Operation.objects.get(pk=interrupted.id).attempt_log[-1]
+    assert entry["exception"] == "builtins.KeyboardInterrupt" and entry["worker_id"] == "ki-worker"
+    assert after.status == TaskResultStatus.SUCCESSFUL and after.return_value == 42
+    assert worker.alive()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+
+
+# -- the smaller differences (issue 10, point 5) ----------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_non_json_arguments_raise_an_error_that_is_both_invalid_task_and_type_error():
+    from operations.task_backend import InvalidTaskArguments
+
+    for bad in (dt.datetime.now(), object()):
+        with pytest.raises(TypeError, match="Unsupported type") as caught:
+            tasks.noop.enqueue(bad)
+        assert isinstance(caught.value, InvalidTask) and isinstance(caught.value, InvalidTaskArguments)
+    with pytest.raises(InvalidTask, match="JSON-serialisable"):
+        tasks.noop.enqueue(float("nan"))
+    assert not Operation.objects.exists() and not WorkItem.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_whole_float_priority_is_accepted_as_django_accepts_it():
+    result = tasks.noop.using(priority=3.0).enqueue()
+    assert Operation.objects.get(pk=result.id).priority == 3
+    assert tasks.noop.get_result(result.id) == result
+    with pytest.raises(InvalidTask, match="priority must be a whole number between -100 and 100"):
+        tasks.noop.using(priority=3.1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_empty_queues_list_is_refused_by_check_and_at_enqueue():
+    empty = {"default": {"BACKEND": "operations.task_backend.OperationsBackend", "QUEUES": []}}
+    with override_settings(TASKS=empty):
+        [message] = [m for m in checks.run_checks() if m.id == "operations.E103"]
+        assert "QUEUES" in message.msg and "wait forever" in message.msg
+        with pytest.raises(InvalidTask, match="QUEUES'] is empty"):
+            tasks.noop.using(queue_name="anything").enqueue()
+        assert not Operation.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_task_kinds_made_on_demand_are_not_listed_as_registered_kinds():
+    from operations.registry import registry
+
+    result = tasks.meaning_of_life.enqueue()
+    run_inline_until_finished(result)
+    assert registry.get(f"task.{tasks.meaning_of_life.module_path}").kind == f"task.{tasks.meaning_of_life.module_path}"
+    # What this process happened to run must not grow the list an unknown kind's error (and
+    # the admin's kind filter) shows.
+    assert not [kind for kind in registry.kinds() if kind.startswith("task.")]

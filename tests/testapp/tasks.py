@@ -3,9 +3,9 @@
 import time
 
 try:
-    from django.tasks import task
+    from django.tasks import TaskContext, task
 except ImportError:  # Django 5.2 with the django-tasks backport
-    from django_tasks import task
+    from django_tasks import TaskContext, task
 
 
 @task
@@ -67,3 +67,74 @@ def until_cancelled(context, seconds=60):
         context.reporter.advance(1)
         time.sleep(0.05)
     return "ran out"
+
+
+# -- endings Django's own task tests exercise (tests/test_django_contract.py and test_backend.py) --
+
+
+@task
+def noop(*args, **kwargs):
+    return None
+
+
+@task
+async def noop_async(*args, **kwargs):
+    return None
+
+
+@task
+def meaning_of_life():
+    return 42
+
+
+@task(max_attempts=1)
+def fail_value_error():
+    raise ValueError("This task failed due to ValueError")
+
+
+@task(max_attempts=1)
+def fail_system_exit():
+    raise SystemExit("This task failed due to SystemExit")
+
+
+@task(max_attempts=1)
+def call_exit():
+    exit(1)
+
+
+@task(max_attempts=1)
+def interrupt():
+    raise KeyboardInterrupt("This task failed due to KeyboardInterrupt")
+
+
+@task(max_attempts=1)
+def complex_exception():
+    raise ValueError(ValueError("This task failed"))
+
+
+@task
+def complex_return_value():
+    return {"value": object()}  # not JSON: nothing can store it
+
+
+@task(takes_context=True)
+def task_id_and_backend(context):
+    return {
+        "id": context.task_result.id,
+        "backend": context.task_result.backend,
+        "task_backend": context.task_result.task.backend,
+        "queue_name": context.task_result.task.queue_name,
+        "priority": context.task_result.task.priority,
+    }
+
+
+@task(takes_context=True)
+def check_context(context, attempt):
+    assert isinstance(context, TaskContext)
+    assert context.attempt == attempt
+    assert context.task_result.status == "RUNNING"
+
+
+@task(takes_context=True)
+def get_task_id(context):
+    return context.task_result.id
