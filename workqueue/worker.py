@@ -472,8 +472,9 @@ class Worker:
         run that keeps losing it (a handler that kills its own backend) must not loop for ever:
         past CONNECTION_LOSS_REFUNDS losses in a row, each loss costs the attempt.
 
-        The count lives in the item's last_error, which every such release writes and every other
-        recorded failure overwrites, so it holds across workers and restarts without a column.
+        The count lives in the item's last_error, which every such loss writes and every other
+        recorded failure overwrites, so it holds across workers and restarts without a column
+        (a lapsed lease in between does not end the row: it records nothing).
         """
         losses = connection_losses(item.last_error) + 1
         detail = f"{exc.__class__.__name__}: {str(exc).strip()}"
@@ -490,12 +491,19 @@ class Worker:
         error = f"{_LOST_CONNECTION} ({losses} in a row; released without charging the attempt): {detail}"
         from workqueue.models import WorkItem
 
-        try:
-            if not WorkItem.objects.db_manager(self.using).release_lost_connection(item, error):
-                with self._lock:
-                    self.lost += 1
-        except Exception:
-            log.exception("%r: could not release it; its lease will lapse and it will be retried", item)
+        for attempt in range(3):  # the server may be coming back from a restart
+            try:
+                if not WorkItem.objects.db_manager(self.using).release_lost_connection(item, error):
+                    with self._lock:
+                        self.lost += 1
+                return
+            except _DB_ERRORS:
+                connections[self.using].close()
+                time.sleep(0.2 * (attempt + 1))
+            except Exception:
+                log.exception("%r: could not release it", item)
+                break
+        log.error("%r: could not release it; its lease will lapse and it will be retried", item)
 
     def _fail(self, item: Item, ctx: Context, error: str, delay=None, permanent=False) -> None:
         if ctx.settled:
