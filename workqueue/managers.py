@@ -467,9 +467,9 @@ class WorkItemManager(WireLane, models.Manager):
                 {"ids": [i.id for i in items], "tokens": [i.lease_token for i in items]},
                 using=self.db,
             )
-            released = {r[0] for r in rows}
-            hooks.settled([i for i in items if i.id in released], "released")
-        return sorted(released)
+            released = {(r[0], r[1]) for r in rows}
+            hooks.settled([i for i in items if (i.id, i.lease_token) in released], "released")
+        return sorted({item_id for item_id, _token in released})
 
     def release_lost_connection(self, item: Item, error: str) -> bool:
         """Give back an item whose run lost its database connection, refunding its attempt and

@@ -226,13 +226,14 @@ RETURNING id;
 
 -- name: item_release_many
 -- A graceful give-back (shutdown, refused operations begin): back to queued with the
--- attempt its claim charged refunded, run_after untouched so the order is kept.
+-- attempt its claim charged refunded, run_after untouched so the order is kept. The proof
+-- comes back with the id: a worker may give back an old and a new claim of one item.
 UPDATE work_items w
 SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL,
     lease_expires_at = NULL, reclaimed = false, claimed_by = ''
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
 WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active')
-RETURNING w.id;
+RETURNING w.id, t.token;
 
 
 -- name: item_release_lost_connection
