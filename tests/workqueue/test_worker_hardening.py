@@ -99,6 +99,21 @@ def test_items_waiting_in_the_local_run_queue_are_not_stall_cancelled_before_the
     assert proc.wait(20) == 0
 
 
+def test_a_hold_taken_before_its_work_starts_stalls_only_after_the_first_progress():
+    WorkItem.objects.enqueue_many([("test.short", "waiting")])
+    (item,) = WorkItem.objects.claim(["test.short"], limit=1, worker_id="w1", lease=1.5).items
+    keeper = LeaseKeeper(tick=0.05)
+    try:
+        (hold,) = keeper.hold_many([item], lease=1.5, stall=0.3, started=False)
+        time.sleep(1.0)  # three stall budgets without progress, but the work has not started
+        assert not hold.is_cancelled() and keeper.holds() == [hold] and keeper.stalled == 0
+        assert keeper.renewals >= 1 and row("waiting").lease_token == item.lease_token
+        hold.progress()  # the handler starts: from now on the budget counts
+        assert hold.cancelled.wait(3) and hold.reason == "stalled"
+    finally:
+        keeper.close()
+
+
 # -- 6. connection losses are refunded a bounded number of times in a row ---------------
 
 
