@@ -36,6 +36,12 @@ WORKQUEUE = {
         "test.wire.once": {"over_wire": True, "max_attempts": 1},
         "test.holdonce": {"lease": 2, "max_attempts": 3},
         "test.flaky": {"lease": 2, "retry_delay": 0.2, "retry_backoff": 1, "max_attempts": 10},
+        # worker hardening (tests/workqueue/test_worker_hardening.py)
+        "test.reclaim": {"lease": 2, "max_attempts": 3},
+        "test.suicide": {"max_attempts": 2, "retry_delay": 0, "retry_backoff": 1},
+        "test.selfsettle": {"lease": 1.5},
+        "test.settled": {"lease": 1.5},
+        "test.interrupt": {"max_attempts": 1},
     },
     "POLL_INTERVAL": 1.0,
     "WORKER_HEARTBEAT": 1.0,

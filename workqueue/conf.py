@@ -81,6 +81,9 @@ DEFAULTS: dict[str, object] = {
     "BATCH": 10,  # items one claim statement takes
     "CONCURRENCY": 4,  # threads running items in one runworker process
     "SHUTDOWN_GRACE": 30.0,  # seconds running items get to finish after SIGTERM
+    # a run whose database connection died is released with its attempt refunded this many
+    # times in a row; every later loss in the row costs the attempt (0: every loss costs it)
+    "CONNECTION_LOSS_REFUNDS": 3,
     "WORKER_HEARTBEAT": 10.0,  # seconds between a worker's rows in the workers table
     "WORKER_STALE_AFTER": 60.0,  # a worker not seen for this long shows as stale
     "WORKER_FORGET_AFTER": 7 * DAY,  # reap deletes worker rows not seen for this long
@@ -234,6 +237,9 @@ class WorkqueueSettings:
             )
         self.metrics_token: str | None = token
         self.metrics_cache: float = seconds(merged["METRICS_CACHE"], what="WORKQUEUE['METRICS_CACHE']", allow_zero=True)
+        self.connection_loss_refunds: int = count(
+            merged["CONNECTION_LOSS_REFUNDS"], what="WORKQUEUE['CONNECTION_LOSS_REFUNDS']", minimum=0
+        )
         if self.heartbeat_ttl_min > self.heartbeat_ttl_max:
             raise WorkqueueSettingsError(
                 "WORKQUEUE['HEARTBEAT_TTL_MIN'] must not exceed WORKQUEUE['HEARTBEAT_TTL_MAX']."

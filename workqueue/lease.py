@@ -8,12 +8,20 @@ through ``Hold.cancelled``, when:
   or it was stopped;
 - the holder has not called ``progress()`` within its stall budget (``"stalled"``): the
   keeper then *stops renewing*, so the item becomes reclaimable exactly as if the process
-  had died. Report progress at real steps of the work, never on a timer;
+  had died. Report progress at real steps of the work, never on a timer. The stall clock
+  starts when the hold is taken, or, for a hold taken with ``started=False`` (``runworker``
+  claims ahead of its runners), at the first ``progress()``: the handler's start;
 - renewals kept failing (database unreachable) until the lease ran out (``"lease_lost"``).
 
 Each renewal runs under a statement timeout no longer than the lease has left, so a stalled
 database cannot keep a holder working past its lease. ``close()`` stops the thread and
 returns the first failure.
+
+A Hold stands for one claim, not one item: the keeper tells holds apart by identity and
+renews each under its own proof, so an old claim of an item and a newer claim of the same
+item (re-claimed after its lease lapsed or an operator requeued it) never stand in for each
+other. A holder about to settle its item sets ``Hold.settling`` first: once the settlement
+has taken the proof, a renewal that finds it gone is expected, not a lost lease.
 
 For code that claims items itself::
 
@@ -45,24 +53,39 @@ log = logging.getLogger("workqueue.lease")
 class Hold:
     """One item held under a keeper: its cancellation event and its progress clock."""
 
-    __slots__ = ("_event", "deadline", "item", "last_progress", "lease", "next_renewal", "reason", "stall")
+    __slots__ = (
+        "_event",
+        "deadline",
+        "item",
+        "last_progress",
+        "lease",
+        "next_renewal",
+        "reason",
+        "settling",
+        "stall",
+    )
 
     _create = threading.Lock()
 
-    def __init__(self, item: Item, lease: float, stall: float | None, now: float | None = None):
+    def __init__(
+        self, item: Item, lease: float, stall: float | None, now: float | None = None, *, started: bool = True
+    ):
         now = time.monotonic() if now is None else now
         self.item = item
         self.lease = lease
         self.stall = stall
         self._event: threading.Event | None = None  # made on first use: most holds never need one
         self.reason: str | None = None
-        self.last_progress = now
+        # None: the stall clock has not started (the holder has not begun the work yet).
+        self.last_progress: float | None = now if started else None
+        # Set by the holder before it settles the item: a proof found gone is then its own doing.
+        self.settling = False
         self.next_renewal = now + lease / 3
         # Our own estimate of when the lease runs out; only ever used to bound waiting.
         self.deadline = now + lease
 
     def progress(self) -> None:
-        """Say the work moved (a real step, not a timer); resets the stall clock."""
+        """Say the work moved (a real step, not a timer); (re)starts the stall clock."""
         self.last_progress = time.monotonic()
 
     @property
@@ -93,7 +116,8 @@ class LeaseKeeper:
     def __init__(self, *, using: str = DEFAULT_DB_ALIAS, tick: float = 0.5, name: str = "workqueue-lease-keeper"):
         self.using = using
         self.tick = tick
-        self._holds: dict[int, Hold] = {}
+        # Keyed by the Hold itself (one per claim), never by item id: see the module docstring.
+        self._holds: dict[Hold, None] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -112,13 +136,17 @@ class LeaseKeeper:
             lease = wq_settings().queue(item.queue).lease
         return self.hold_many([item], lease=float(lease), stall=stall)[0]
 
-    def hold_many(self, items, *, lease: float, stall: float | None = None) -> list[Hold]:
-        """Start renewing a batch of items under one lease length; return their Holds."""
+    def hold_many(self, items, *, lease: float, stall: float | None = None, started: bool = True) -> list[Hold]:
+        """Start renewing a batch of items under one lease length; return their Holds.
+
+        ``started=False``: the work has not begun, so the stall clock waits for the first
+        ``Hold.progress()``.
+        """
         now = time.monotonic()
-        holds = [Hold(item, lease, stall, now) for item in items]
+        holds = [Hold(item, lease, stall, now, started=started) for item in items]
         with self._lock:
             for hold in holds:
-                self._holds[hold.item.id] = hold
+                self._holds[hold] = None
             if not self._started:
                 self._started = True
                 self._thread.start()
@@ -131,12 +159,11 @@ class LeaseKeeper:
         """Stop renewing this item (it was settled or handed on)."""
         if hold is not None:
             with self._lock:
-                if self._holds.get(hold.item.id) is hold:
-                    del self._holds[hold.item.id]
+                self._holds.pop(hold, None)
 
     def holds(self) -> list[Hold]:
         with self._lock:
-            return list(self._holds.values())
+            return list(self._holds)
 
     def close(self, timeout: float = 5.0) -> BaseException | None:
         """Stop the thread (the leases are left as they are) and return the first failure."""
@@ -163,7 +190,8 @@ class LeaseKeeper:
         for hold in self.holds():
             if hold.is_cancelled() and hold.reason in ("stalled", "lease_lost"):
                 continue
-            if hold.stall is not None and now - hold.last_progress > hold.stall:
+            since = hold.last_progress
+            if hold.stall is not None and since is not None and not hold.settling and now - since > hold.stall:
                 log.warning("%r stalled: no progress for %gs; no longer renewing its lease", hold.item, hold.stall)
                 self.stalled += 1
                 hold.cancel("stalled")
@@ -200,10 +228,11 @@ class LeaseKeeper:
             return
         self.renewals += 1
         for hold in due:
-            if hold.item.id not in renewed:
+            key = (hold.item.id, hold.item.lease_token)
+            if key not in renewed:
                 self._lost(hold, "the proof no longer matches")
                 continue
-            expiry = renewed[hold.item.id]
+            expiry = renewed[key]
             if expiry is None:
                 # Its row is locked by another transaction (its own handler's, usually):
                 # try again shortly; the lease runs out on its own if the lock outlives it.
@@ -215,8 +244,13 @@ class LeaseKeeper:
 
     def _lost(self, hold: Hold, why: str) -> None:
         with self._lock:
-            if self._holds.get(hold.item.id) is not hold:
+            if hold not in self._holds:
                 return  # dropped meanwhile: its holder settled it or handed it on
+        if hold.settling:
+            # Its holder is settling it: the settlement took the proof (or will report it if
+            # it finds the proof gone). Nothing is lost; stop renewing.
+            self.drop(hold)
+            return
         log.warning("%r lost its lease: %s", hold.item, why)
         self.lost += 1
         if self.first_failure is None:

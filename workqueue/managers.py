@@ -378,12 +378,13 @@ class WorkItemManager(WireLane, models.Manager):
 
     def extend_many(
         self, items: Sequence[Item], leases: Sequence[float], *, relaxed: bool = False
-    ) -> dict[int, dt.datetime | None]:
-        """Renew many leases in one statement; return {id: new expiry} for those still held.
+    ) -> dict[tuple[int, object], dt.datetime | None]:
+        """Renew many leases in one statement; return {(id, proof): new expiry} for those still held.
 
-        An item whose row another transaction holds locked is skipped, not waited for: it
-        maps to None (still held, not renewed this time; try again soon). An item missing
-        from the result has lost its lease.
+        Keyed by id and proof, so an old and a new claim of one item are told apart. An item
+        whose row another transaction holds locked is skipped, not waited for: it maps to
+        None (still held, not renewed this time; try again soon). An item missing from the
+        result has lost its lease.
         """
         if not items:
             return {}
@@ -397,7 +398,7 @@ class WorkItemManager(WireLane, models.Manager):
             },
             using=self.db,
         )
-        return {row[0]: row[1] for row in rows if row[2]}
+        return {(row[0], row[1]): row[2] for row in rows if row[3]}
 
     def complete(self, item: Item, outcome: str = "succeeded") -> None:
         """Settle a held item (default: succeeded); raise LeaseLost if the proof is stale."""
@@ -420,12 +421,13 @@ class WorkItemManager(WireLane, models.Manager):
             {"ids": [i.id for i in items], "tokens": [i.lease_token for i in items], "outcome": outcome},
             using=self.db,
         )
-        done = {r[0] for r in rows}
+        # (id, proof): an old and a new claim of one item in one batch are told apart.
+        done = {(r[0], r[1]) for r in rows}
         settled, lost = [], []
         # The Items keep their proof: a settlement inside the caller's transaction can still
         # roll back, and then the proof is what the holder (and its lease keeper) needs.
         for item in items:
-            (settled if item.id in done else lost).append(item)
+            (settled if (item.id, item.lease_token) in done else lost).append(item)
         return settled, lost
 
     def fail(self, item: Item, error: str, delay: float | None = None, permanent: bool = False) -> str:
@@ -465,9 +467,23 @@ class WorkItemManager(WireLane, models.Manager):
                 {"ids": [i.id for i in items], "tokens": [i.lease_token for i in items]},
                 using=self.db,
             )
-            released = {r[0] for r in rows}
-            hooks.settled([i for i in items if i.id in released], "released")
-        return sorted(released)
+            released = {(r[0], r[1]) for r in rows}
+            hooks.settled([i for i in items if (i.id, i.lease_token) in released], "released")
+        return sorted({item_id for item_id, _token in released})
+
+    def release_lost_connection(self, item: Item, error: str) -> bool:
+        """Give back an item whose run lost its database connection, refunding its attempt and
+        recording ``error`` as its last_error; False if the proof is stale."""
+        error = str(error).replace("\x00", "\\0")[:8192]
+        with transaction.atomic(using=self.db, savepoint=False):
+            rows = sql.run(
+                "item_release_lost_connection",
+                {"id": item.id, "token": item.lease_token, "error": error},
+                using=self.db,
+            )
+            if rows:
+                hooks.settled([item], "released")
+        return bool(rows)
 
     def assert_held(self, item: Item) -> None:
         """Lock the item in the caller's transaction; raise LeaseLost if the proof is stale."""

@@ -9,6 +9,11 @@ filled its batch goes straight round; otherwise wait for "notified, or capacity 
 poll interval, or stop". The first SIGTERM/SIGINT stops claiming, lets running items finish
 within the grace period, cancels and releases the rest back to queued and exits 0; a second
 signal exits at once. A database outage is logged and ridden out with backoff.
+
+Everything the worker tracks about a claimed item hangs off its ``Hold`` (one per claim):
+the run queue carries holds, and the in-flight set and the running contexts are keyed by
+the hold, never by the item id, because the same worker can claim an item again while an
+old run of it still goes on (its lease lapsed, or an operator requeued it).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import queue as stdqueue
+import re
 import signal
 import socket
 import threading
@@ -72,12 +78,13 @@ class Context:
       own ``transaction.atomic()`` so the settlement commits with your writes.
     """
 
-    __slots__ = ("_cancelled", "_hold", "item", "settled", "using", "worker_id")
+    __slots__ = ("_cancelled", "_hold", "_settling", "item", "settled", "using", "worker_id")
 
     def __init__(self, item: Item, hold: Hold | None, worker_id: str, using: str):
         self.item = item
         self._hold = hold
         self._cancelled = None if hold is not None else threading.Event()
+        self._settling = False  # the handler wrote a settlement (it may still roll back)
         self.settled = False
         self.worker_id = worker_id
         self.using = using
@@ -118,25 +125,38 @@ class Context:
     def _set_settled(self) -> None:
         self.settled = True
 
+    def _settle(self, write):
+        # Tell the lease keeper first: once the settlement commits, a renewal finds the proof
+        # gone, and that is this settlement, not a lost lease.
+        if self._hold is not None:
+            self._hold.settling = True
+        try:
+            result = write()
+        except BaseException:
+            if self._hold is not None and not self.settled:
+                self._hold.settling = False
+            raise
+        self._settling = True
+        self._mark_settled()
+        return result
+
     def complete(self, outcome: str = "succeeded") -> None:
         """Settle the item now (raises LeaseLost if it is no longer yours)."""
         from workqueue.models import WorkItem
 
-        WorkItem.objects.db_manager(self.using).complete(self.item, outcome)
-        self._mark_settled()
+        self._settle(lambda: WorkItem.objects.db_manager(self.using).complete(self.item, outcome))
 
     def fail(self, error: str, *, permanent: bool = False, delay: float | None = None) -> str:
         from workqueue.models import WorkItem
 
-        verdict = WorkItem.objects.db_manager(self.using).fail(self.item, error, permanent=permanent, delay=delay)
-        self._mark_settled()
-        return verdict
+        return self._settle(
+            lambda: WorkItem.objects.db_manager(self.using).fail(self.item, error, permanent=permanent, delay=delay)
+        )
 
     def requeue(self) -> None:
         from workqueue.models import WorkItem
 
-        WorkItem.objects.db_manager(self.using).requeue(self.item)
-        self._mark_settled()
+        self._settle(lambda: WorkItem.objects.db_manager(self.using).requeue(self.item))
 
 
 class Worker:
@@ -167,10 +187,10 @@ class Worker:
         self.keeper = LeaseKeeper(using=self.using)
         self.wake = listener_mod.Signal()
         self._runq: stdqueue.SimpleQueue = stdqueue.SimpleQueue()
-        self._settle: list[tuple[Item, Hold | None]] = []
+        self._settle: list[Hold] = []
         self._settle_cv = threading.Condition()
-        self._holds: dict[int, Hold] = {}
-        self._running: dict[int, Context] = {}
+        self._holds: set[Hold] = set()  # claimed and not yet accounted for (one per claim)
+        self._running: dict[Hold, Context] = {}
         self._lock = threading.Lock()
         self.inflight = 0
         self.processed = 0
@@ -304,17 +324,20 @@ class Worker:
             by_queue: dict[str, list[Item]] = {}
             for item in result.items:
                 by_queue.setdefault(item.queue, []).append(item)
-            holds = []
+            hold_of: dict[int, Hold] = {}  # by id(item): this claim's Item objects
             for queue, items in by_queue.items():
                 qconf = conf.queue(queue)
-                holds.extend(self.keeper.hold_many(items, lease=qconf.lease, stall=qconf.stall))
+                # The stall clock starts when a runner starts the handler, not now: an item
+                # may wait in the run queue longer than its stall budget.
+                for hold in self.keeper.hold_many(items, lease=qconf.lease, stall=qconf.stall, started=False):
+                    hold_of[id(hold.item)] = hold
+            holds = [hold_of[id(item)] for item in result.items]  # claim order
             with self._lock:
-                self.inflight += len(result.items)
-                for hold in holds:
-                    self._holds[hold.item.id] = hold
+                self.inflight += len(holds)
+                self._holds.update(holds)
             put = self._runq.put
-            for item in result.items:
-                put(item)
+            for hold in holds:
+                put(hold)
         return len(result.items), free
 
     def _reset_connection(self) -> None:
@@ -364,39 +387,36 @@ class Worker:
     def _runner(self) -> None:
         try:
             while True:
-                item = self._runq.get()
-                if item is None:
+                hold = self._runq.get()
+                if hold is None:
                     return
                 try:
-                    self._run_one(item)
-                except Exception:
+                    self._run_one(hold)
+                except BaseException:
                     # Never lose a runner (a slot of capacity) or leave the item counted in flight.
-                    log.exception("%r: runner error; its lease will lapse and it will be retried", item)
-                    with self._lock:
-                        hold = self._holds.get(item.id)
-                    self._finished(item, hold, ok=False)
+                    log.exception("%r: runner error; its lease will lapse and it will be retried", hold.item)
+                    self._finished(hold, ok=False)
         finally:
             connections.close_all()
 
-    def _run_one(self, item: Item) -> None:
+    def _run_one(self, hold: Hold) -> None:
+        item = hold.item
         _drop_if_broken(self.using)
         handler = registry.get(item.queue)
         if self._draining:
-            self._give_back([item])  # shutting down: do not start it
+            self._give_back([hold])  # shutting down: do not start it
             return
         with self._lock:
-            hold = self._holds.get(item.id)
-            if hold is not None and hold.is_cancelled():
+            if hold.is_cancelled():
                 ctx = None  # lost (or given up) while it waited here: someone else may have it now
             else:
                 ctx = Context(item, hold, self.worker_id, self.using)
-                self._running[item.id] = ctx
+                self._running[hold] = ctx
         if ctx is None:
             log.warning("%r: its lease went while it waited to start (%s); not running it", item, hold.reason)
-            self._finished(item, hold, ok=False)
+            self._finished(hold, ok=False)
             return
-        if hold is not None:
-            hold.progress()  # the stall budget counts from the start, not from the claim
+        hold.progress()  # starts the stall clock: the budget counts from the start, not the claim
         if handler.renews_lease:
             # The handler keeps its own lease from here on (operations' progress flushes).
             self.keeper.drop(hold)
@@ -410,46 +430,86 @@ class Worker:
             log.warning("%r: lease lost while running; not settled", item)
             with self._lock:
                 self.lost += 1
-        except (KeyboardInterrupt, GeneratorExit):
-            raise
         except _DB_ERRORS as exc:
             if connections[self.using].is_usable():
                 log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
                 self._fail(item, ctx, *failure_of(exc))
             else:
-                # The connection died under the handler (a restart, a killed backend): not the
-                # item's fault, so it goes back without costing an attempt.
-                log.warning("%r: database connection lost while running; releasing it", item)
                 connections[self.using].close()
                 if not ctx.settled:
-                    self._release([item], "connection lost")
+                    self._connection_lost(item, ctx, exc)
         except BaseException as exc:
-            # SystemExit and friends from a handler fail that item; they must not take a
-            # runner thread (a slot of this worker's capacity) with them.
+            # KeyboardInterrupt, SystemExit, GeneratorExit and the like from a handler fail that
+            # item like any exception. They cannot mean "shut down": signals reach the worker
+            # on its main thread (SIGINT/SIGTERM handlers), never as an exception in a runner.
+            # They must not take a runner thread (a slot of this worker's capacity) with them.
             log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
             self._fail(item, ctx, *failure_of(exc))
         finally:
             with self._lock:
-                self._running.pop(item.id, None)
+                self._running.pop(hold, None)
+            if ctx._settling and not ctx.settled:
+                hold.settling = False  # the handler's settlement rolled back: the item is still held
         if outcome == "complete" and not ctx.settled and ctx.is_cancelled():
             # A handler that returns after it was cancelled has stopped, not finished. Leave
             # the item as the cancellation left it (released at shutdown, reclaimable after a
             # stall, someone else's after a lost lease) instead of marking it succeeded.
-            reason = (hold.reason if hold is not None else None) or "cancelled"
-            log.warning("%r returned after it was cancelled (%s); not settled", item, reason)
-            self._finished(item, hold, ok=False)
+            log.warning("%r returned after it was cancelled (%s); not settled", item, hold.reason or "cancelled")
+            self._finished(hold, ok=False)
             return
         if outcome == "complete" and not ctx.settled:
+            hold.settling = True
             with self._settle_cv:
-                self._settle.append((item, hold))
+                self._settle.append(hold)
                 if len(self._settle) == 1:
                     self._settle_cv.notify()  # the settler sleeps only when its list is empty
             return
-        self._finished(item, hold, ok=outcome == "complete")
+        self._finished(hold, ok=outcome == "complete")
+
+    def _connection_lost(self, item: Item, ctx: Context, exc: BaseException) -> None:
+        """The connection died under the handler (a restart, a killed backend, an idle-in-transaction
+        timeout). Not the item's fault the first times: it goes back with its attempt refunded. A
+        run that keeps losing it (a handler that kills its own backend) must not loop for ever:
+        past CONNECTION_LOSS_REFUNDS losses in a row, each loss costs the attempt.
+
+        The count lives in the item's last_error, which every such loss writes and every other
+        recorded failure overwrites, so it holds across workers and restarts without a column
+        (a lapsed lease in between does not end the row: it records nothing).
+        """
+        losses = connection_losses(item.last_error) + 1
+        detail = f"{exc.__class__.__name__}: {str(exc).strip()}"
+        if losses > wq_settings().connection_loss_refunds:
+            log.warning("%r: database connection lost while running (%d in a row); charging the attempt", item, losses)
+            self._fail(item, ctx, f"{_LOST_CONNECTION} ({losses} in a row; the attempt is charged): {detail}")
+            return
+        log.warning(
+            "%r: database connection lost while running (%d in a row); released without charging the attempt",
+            item,
+            losses,
+        )
+        ctx._hold.settling = True
+        error = f"{_LOST_CONNECTION} ({losses} in a row; released without charging the attempt): {detail}"
+        from workqueue.models import WorkItem
+
+        for attempt in range(3):  # the server may be coming back from a restart
+            try:
+                if not WorkItem.objects.db_manager(self.using).release_lost_connection(item, error):
+                    with self._lock:
+                        self.lost += 1
+                return
+            except _DB_ERRORS:
+                connections[self.using].close()
+                time.sleep(0.2 * (attempt + 1))
+            except Exception:
+                log.exception("%r: could not release it", item)
+                break
+        log.error("%r: could not release it; its lease will lapse and it will be retried", item)
 
     def _fail(self, item: Item, ctx: Context, error: str, delay=None, permanent=False) -> None:
         if ctx.settled:
             return
+        if ctx._hold is not None:
+            ctx._hold.settling = True
         from workqueue.models import WorkItem
 
         for attempt in range(3):
@@ -469,11 +529,12 @@ class Worker:
                 break
         log.error("%r: could not record the failure; its lease will lapse and it will be retried", item)
 
-    def _finished(self, item: Item, hold: Hold | None, *, ok: bool) -> None:
-        """Account for an item this worker is done with (once: a second call does nothing)."""
+    def _finished(self, hold: Hold, *, ok: bool) -> None:
+        """Account for a claim this worker is done with (once: a second call does nothing)."""
         with self._lock:
-            if self._holds.pop(item.id, _GONE) is _GONE:
+            if hold not in self._holds:
                 return
+            self._holds.discard(hold)
             self.inflight -= 1
             self.processed += 1
             if ok:
@@ -504,9 +565,10 @@ class Worker:
                     time.sleep(0.001)
                 with self._settle_cv:
                     batch, self._settle = self._settle, []
+                items = [hold.item for hold in batch]  # each hold marked settling when queued
                 for attempt in range(5):
                     try:
-                        _settled, lost = manager.complete_many([item for item, _ in batch])
+                        _settled, lost = manager.complete_many(items)
                         break
                     except _DB_ERRORS as exc:
                         log.warning("settling %d items failed (%s); retrying", len(batch), exc.__class__.__name__)
@@ -514,17 +576,17 @@ class Worker:
                         time.sleep(0.2 * (attempt + 1))
                     except Exception:
                         log.exception("settling %d items failed; their leases will lapse", len(batch))
-                        lost = [item for item, _ in batch]
+                        lost = items
                         break
                 else:
-                    lost = [item for item, _ in batch]
+                    lost = items
                 if lost:
                     log.warning("%d item(s) not settled: lease lost (%s)", len(lost), ", ".join(map(repr, lost[:5])))
                     with self._lock:
                         self.lost += len(lost)
-                lost_ids = {i.id for i in lost}
-                for item, hold in batch:
-                    self._finished(item, hold, ok=item.id not in lost_ids)
+                lost_items = {id(i) for i in lost}  # these Item objects: one per claim
+                for hold in batch:
+                    self._finished(hold, ok=id(hold.item) not in lost_items)
         finally:
             connections.close_all()
 
@@ -541,11 +603,11 @@ class Worker:
         waiting = []
         while True:
             try:
-                item = self._runq.get_nowait()
+                hold = self._runq.get_nowait()
             except stdqueue.Empty:
                 break
-            if item is not None:
-                waiting.append(item)
+            if hold is not None:
+                waiting.append(hold)
         self._give_back(waiting)
         deadline = time.monotonic() + self.grace
         while time.monotonic() < deadline:
@@ -559,13 +621,11 @@ class Worker:
             log.warning("grace period over: releasing %d running item(s)", len(leftover))
             # Release first, then cancel: once the proofs are revoked nothing the handlers
             # do on their way out can settle the items.
-            self._release([ctx.item for ctx in leftover], "shutdown")
-            for ctx in leftover:
-                if ctx._hold is not None:
-                    ctx._hold.cancel("shutdown")
-                    self.keeper.drop(ctx._hold)  # released: nothing left to renew
-                else:
-                    ctx.cancelled.set()
+            holds = [ctx._hold for ctx in leftover]
+            self._release(holds, "shutdown")
+            for hold in holds:
+                hold.cancel("shutdown")
+                self.keeper.drop(hold)  # released: nothing left to renew
         for _ in self._threads:
             self._runq.put(None)
         with self._settle_cv:
@@ -588,28 +648,38 @@ class Worker:
         )
         connections.close_all()
 
-    def _give_back(self, items: list[Item]) -> None:
+    def _give_back(self, holds: list[Hold]) -> None:
         """Release claimed items that never started (refunding their attempts)."""
-        if not items:
+        if not holds:
             return
-        self._release(items, "not started")
-        for item in items:
+        self._release(holds, "not started")
+        for hold in holds:
             with self._lock:
-                hold = self._holds.pop(item.id, None)
-                self.inflight -= 1
+                if hold in self._holds:
+                    self._holds.discard(hold)
+                    self.inflight -= 1
             self.keeper.drop(hold)
 
-    def _release(self, items: list[Item], why: str) -> None:
+    def _release(self, holds: list[Hold], why: str) -> None:
         from workqueue.models import WorkItem
 
+        for hold in holds:
+            hold.settling = True  # the release takes the proofs: not a lost lease
         try:
-            released = WorkItem.objects.db_manager(self.using).release_many(items)
+            released = WorkItem.objects.db_manager(self.using).release_many([hold.item for hold in holds])
             log.info("released %d item(s) back to queued (%s)", len(released), why)
         except Exception:
-            log.exception("could not release %d item(s); their leases will lapse", len(items))
+            log.exception("could not release %d item(s); their leases will lapse", len(holds))
 
 
-_GONE = object()
+_LOST_CONNECTION = "database connection lost while running"
+_LOSSES = re.compile(re.escape(_LOST_CONNECTION) + r" \((\d+) in a row")
+
+
+def connection_losses(last_error: str | None) -> int:
+    """How many connection losses in a row an item's last_error records (0 for anything else)."""
+    found = _LOSSES.match(last_error or "")
+    return int(found.group(1)) if found else 0
 
 
 def _drop_if_broken(using: str) -> None:

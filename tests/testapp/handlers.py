@@ -135,3 +135,54 @@ def _sleepy(item, ctx):
 handlers.register("test.short", _sleepy)
 handlers.register("test.stall", _sleepy)
 handlers.register("test.timeout", _sleepy)
+
+
+# -- worker hardening (issue 9: holds per claim, stall clock, lost connections, settle order;
+# issue 10: BaseException in a handler) -------------------------------------------------------
+#
+# - test.reclaim: attempt 1 records Sample "started:<key>" and then ignores cancellation until
+#   the test writes Sample "release:<key>" (a handler stuck in a call); later attempts record
+#   and complete.
+# - test.suicide: records Sample "run:<key>" and terminates its own database backend.
+# - test.selfsettle: records and completes in its own transaction, then goes on working for
+#   metadata["seconds"] (default 1.2) before it returns.
+# - test.settled: test.batched on a short lease (the settler settles it).
+# - test.interrupt: raises KeyboardInterrupt.
+
+
+@handlers.register("test.reclaim")
+def reclaim(item, ctx):
+    if ctx.attempt > 1:
+        with transaction.atomic():
+            _record(item, ctx)
+            ctx.complete()
+        return
+    Sample.objects.create(name=f"started:{item.key}", value=ctx.attempt)
+    deadline = time.monotonic() + 60
+    while not Sample.objects.filter(name=f"release:{item.key}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@handlers.register("test.suicide")
+def suicide(item, ctx):
+    from django.db import connection
+
+    Sample.objects.create(name=f"run:{item.key}", value=ctx.attempt)
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+@handlers.register("test.selfsettle")
+def selfsettle(item, ctx):
+    with transaction.atomic():
+        _record(item, ctx)
+        ctx.complete()
+    time.sleep(float(item.metadata.get("seconds", "1.2")))
+
+
+handlers.register("test.settled", batched)
+
+
+@handlers.register("test.interrupt")
+def interrupt(item, ctx):
+    raise KeyboardInterrupt(f"test.interrupt {item.key}")

@@ -23,6 +23,10 @@ BAD = [
     ({**settings.WORKQUEUE, "BOGUS": 1}, "WORKQUEUE has unknown key(s) 'BOGUS'"),
     ({**settings.WORKQUEUE, "POLL_INTERVAL": "5s"}, "WORKQUEUE['POLL_INTERVAL'] must be a number of seconds"),
     ({**settings.WORKQUEUE, "BATCH": 0}, "WORKQUEUE['BATCH'] must be an integer >= 1, not 0"),
+    (
+        {**settings.WORKQUEUE, "CONNECTION_LOSS_REFUNDS": -1},
+        "WORKQUEUE['CONNECTION_LOSS_REFUNDS'] must be an integer >= 0, not -1",
+    ),
     ({**settings.WORKQUEUE, "NOTIFY_CHANNEL": "Bad-Channel"}, "WORKQUEUE['NOTIFY_CHANNEL']"),
     ({**settings.WORKQUEUE, "QUEUE_DEFAULTS": {"leese": 3}}, "WORKQUEUE['QUEUE_DEFAULTS'] has unknown key(s) 'leese'"),
     (with_queue(leese=3), "WORKQUEUE['QUEUES']['broken'] has unknown key(s) 'leese'"),
@@ -61,6 +65,8 @@ def test_the_shipped_settings_pass_and_defaults_apply_to_unlisted_queues():
     assert unlisted == QueueSettings(name="never.configured")
     assert (unlisted.lease, unlisted.max_attempts, unlisted.max_running, unlisted.hard_timeout) == (60.0, 5, None, None)
     assert conf.queue("test.capped").max_running == 3 and conf.queue("test.wire").over_wire
+    assert (WorkqueueSettings({}).connection_loss_refunds, conf.connection_loss_refunds) == (3, 3)
+    assert WorkqueueSettings({"CONNECTION_LOSS_REFUNDS": 0}).connection_loss_refunds == 0
     assert "test.wire" in conf.wire_queues()
 
 

@@ -9,7 +9,7 @@ from django.db import connections
 
 from tests.conftest import wait_until
 from tests.workqueue.conftest import row
-from workqueue import handlers
+from workqueue import handlers, listener
 from workqueue.models import WorkItem
 from workqueue.worker import Worker, WorkerOptions
 
@@ -57,6 +57,7 @@ def test_a_batch_settles_the_others_and_counts_the_one_whose_lease_was_taken_ove
         GATE.set()
         worker.request_stop()
         thread.join(30)
+        listener.shared().stop()  # the in-process worker started it; let the database go
     assert not thread.is_alive()
     assert (row("a").state, row("a").outcome) == ("stopped", "succeeded")
     assert (row("c").state, row("c").outcome) == ("stopped", "succeeded")

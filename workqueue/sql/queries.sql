@@ -156,10 +156,11 @@ RETURNING lease_expires_at;
 
 -- name: item_extend_many
 -- The lease keeper's renewal for every item a worker holds, in one statement, one row
--- back per item: (id, new expiry, held). A row locked by another transaction (often its
+-- back per item: (id, proof, new expiry, held). A row locked by another transaction (often its
 -- own handler's, e.g. assert_held) is skipped rather than waited for, so one long lock
 -- cannot hold up every other renewal: it comes back with no expiry and held = true (its
 -- proof still matched at the statement's start), to be retried. held = false: lost.
+-- Rows are matched on (id, proof): a worker may hold an old and a new claim of one item.
 WITH t AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(leases)s::float8[]) AS t(id, token, lease_s)
 ),
@@ -172,26 +173,27 @@ renewed AS (
     UPDATE work_items w SET lease_expires_at = now() + make_interval(secs => mine.lease_s)
     FROM mine
     WHERE w.id = mine.id
-    RETURNING w.id, w.lease_expires_at
+    RETURNING w.id, w.lease_token, w.lease_expires_at
 )
-SELECT t.id, r.lease_expires_at,
+SELECT t.id, t.token, r.lease_expires_at,
        r.id IS NOT NULL OR EXISTS (
            SELECT 1 FROM work_items w
            WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active')
        ) AS held,
        {relaxed}
-FROM t LEFT JOIN renewed r ON r.id = t.id;
+FROM t LEFT JOIN renewed r ON r.id = t.id AND r.lease_token = t.token;
 
 
 -- name: item_complete_many
 -- Settle held items with an outcome, many at once; each row presents its own proof, so a
--- stale proof settles nothing for that row and leaves the others alone.
+-- stale proof settles nothing for that row and leaves the others alone. The proof comes
+-- back with the id: a batch may hold an old and a new claim of one item.
 UPDATE work_items w
 SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
 WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active', 'stopping')
-RETURNING w.id;
+RETURNING w.id, t.token;
 
 
 -- name: item_retry
@@ -224,13 +226,26 @@ RETURNING id;
 
 -- name: item_release_many
 -- A graceful give-back (shutdown, refused operations begin): back to queued with the
--- attempt its claim charged refunded, run_after untouched so the order is kept.
+-- attempt its claim charged refunded, run_after untouched so the order is kept. The proof
+-- comes back with the id: a worker may give back an old and a new claim of one item.
 UPDATE work_items w
 SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL,
     lease_expires_at = NULL, reclaimed = false, claimed_by = ''
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
 WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active')
-RETURNING w.id;
+RETURNING w.id, t.token;
+
+
+-- name: item_release_lost_connection
+-- A run whose database connection died under it (a server restart, a killed backend, an
+-- idle-in-transaction timeout): back to queued with the attempt refunded, like a graceful
+-- release, and the loss recorded in last_error, from which the worker counts the losses in
+-- a row (WORKQUEUE["CONNECTION_LOSS_REFUNDS"]).
+UPDATE work_items
+SET state = 'queued', attempts = greatest(attempts - 1, 0), lease_token = NULL,
+    lease_expires_at = NULL, reclaimed = false, claimed_by = '', last_error = %(error)s
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active')
+RETURNING id;
 
 
 -- name: item_assert_held
