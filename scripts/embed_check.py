@@ -411,7 +411,11 @@ def check_leg(leg: Leg, wheel: Path, steps: Steps, url: str, keep: bool) -> None
     try:
         run([sys.executable, "-m", "venv", str(site.venv)], cwd=tmp)
         wheel_req = f"{DIST_NAME}{spec['wheel_extra']} @ {wheel.as_uri()}"
-        run([str(site.python), "-m", "pip", "install", "-q", wheel_req, *spec["requirements"]], cwd=tmp, env=site.env)
+        run(
+            [str(site.python), "-m", "pip", "install", "-q", "--no-compile", wheel_req, *spec["requirements"]],
+            cwd=tmp,
+            env=site.env,
+        )
         step(f"pip install the wheel{spec['wheel_extra']} + {' '.join(spec['requirements'])} into a new virtualenv")
 
         found = run(
