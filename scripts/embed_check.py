@@ -37,6 +37,7 @@ import time
 import traceback
 import zipfile
 from dataclasses import dataclass, field
+from html import unescape as html_unescape
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -532,7 +533,7 @@ def check_leg(leg: Leg, wheel: Path, steps: Steps, url: str, keep: bool) -> None
         if urls["missing"]:
             raise CheckFailed(f"no object to open these admin pages with: {urls['missing']}")
         pages = check_admin(base_url, urls["urls"], ids["op"])
-        step(f"admin: {pages} pages of both apps rendered 200 as a superuser (and their static files)")
+        step(f"admin: {pages} pages of both apps (with every filter and sort) rendered 200 as a superuser")
 
         out = site.manage("check", "--deploy", quiet=True, check=False)
         ours = sorted(set(re.findall(r"\(((?:workqueue|operations)\.[A-Z]\d+)\)", out.stdout + out.stderr)))
@@ -605,7 +606,7 @@ def check_admin(base_url: str, urls: list[list[str]], op_id: str) -> int:
         )
         if r.status_code != 302:
             raise CheckFailed(f"admin login answered {r.status_code}")
-        problems, statics, seen = [], set(), {name for name, _ in urls}
+        problems, statics, seen, views = [], set(), {name for name, _ in urls}, len(urls)
         for name in ("workqueue_dashboard", "workqueue_workitem_change", "operations_operation_change"):
             if name not in seen:
                 problems.append(f"the admin registers no {name}")
@@ -623,6 +624,12 @@ def check_admin(base_url: str, urls: list[list[str]], op_id: str) -> int:
                 problems.append(f"{name} {url}: {r.status_code} {html[:300]!r}")
                 continue
             statics.update(re.findall(r'(?:href|src)="(/static/(?:workqueue|operations)/[^"]+)"', html))
+            if name.endswith("_changelist"):  # each filter choice and column sort the list offers
+                for query in sorted(set(re.findall(r'href="(\?[^"#]*)"', html))):
+                    sub = http.get(url + html_unescape(query))
+                    views += 1
+                    if sub.status_code != 200 or "</html>" not in sub.text:
+                        problems.append(f"{name} {url}{query}: {sub.status_code}")
             if name == "operations_operation_change" and url.rstrip("/").endswith(op_id):
                 watch = f"/admin/operations/operation/{op_id}/watch/"
                 for marker in ('id="op-live"', f'data-watch-url="{watch}"', 'id="op-initial"', "operations/live.js"):
@@ -656,7 +663,7 @@ def check_admin(base_url: str, urls: list[list[str]], op_id: str) -> int:
             problems.append(f"/metrics: {metrics.status_code}")
     if problems:
         raise CheckFailed("admin pages:\n    " + "\n    ".join(problems))
-    return len(urls)
+    return views
 
 
 def main(argv: list[str]) -> int:
