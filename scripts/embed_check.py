@@ -679,19 +679,21 @@ def main(argv: list[str]) -> int:
     legs = [Leg(name) for name in (opts.leg or list(LEGS))]
     work = Path(tempfile.mkdtemp(prefix="embed-build-"))
     try:
-        steps = readme_steps()
-        if DIST_NAME not in steps.pip_line:
-            raise CheckFailed(f"README's pip line does not name {DIST_NAME}: {steps.pip_line}")
-        say(f"embed: building the sdist and the wheel of {ROOT}")
-        wheel, sdist = build(work / "dist")
-        say(f"  ok   {wheel.name}, {sdist.name}: {check_contents(wheel, sdist)}")
-    except (CheckFailed, subprocess.TimeoutExpired) as exc:
-        say(f"embed: FAIL before any site was made: {exc}")
-        return 1
-    for leg in legs:
-        say(f"embed: leg {leg.name}")
-        check_leg(leg, wheel, steps, url, opts.keep)
-    shutil.rmtree(work, ignore_errors=True)
+        try:
+            steps = readme_steps()
+            if DIST_NAME not in steps.pip_line:
+                raise CheckFailed(f"README's pip line does not name {DIST_NAME}: {steps.pip_line}")
+            say(f"embed: building the sdist and the wheel of {ROOT}")
+            wheel, sdist = build(work / "dist")
+            say(f"  ok   {wheel.name}, {sdist.name}: {check_contents(wheel, sdist)}")
+        except (CheckFailed, subprocess.TimeoutExpired) as exc:
+            say(f"embed: FAIL before any site was made: {exc}")
+            return 1
+        for leg in legs:
+            say(f"embed: leg {leg.name}")
+            check_leg(leg, wheel, steps, url, opts.keep)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     say(f"embed: summary ({time.monotonic() - began:.0f} s)")
     for leg in legs:
         verdict = f"FAIL ({leg.failed.splitlines()[0][:200]})" if leg.failed else "PASS"
