@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 VENV52  ?= .venv-django52
 STAMP52 := $(VENV52)/.installed
 
-.PHONY: run test test-django52 lint format bench check venv clean
+.PHONY: run test test-django52 test-embed lint format bench check venv clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt pyproject.toml
 	@PYBIN=$$(scripts/find-python) || exit 1; \
@@ -38,6 +38,12 @@ test: $(STAMP)
 ## test-django52: the django.tasks backend, the admin and a worker smoke test on Django 5.2 LTS + the django-tasks backport.
 test-django52: $(STAMP52)
 	$(VENV52)/bin/python scripts/devdb.py run -- $(VENV52)/bin/python -m pytest tests/tasks tests/admin tests/admin_ops tests/workqueue/test_smoke.py $(PYTEST_ARGS)
+
+## test-embed: build the wheel and sdist, install the wheel into a fresh `startproject` site
+## (Django 6 and 5.2) with the README's steps, and check every admin page and command there.
+EMBED_DATABASE_NAME ?= workqueue_embed
+test-embed: $(STAMP)
+	DEVDB_NAME=$(EMBED_DATABASE_NAME) $(DEVDB) $(PY) scripts/embed_check.py $(EMBED_ARGS)
 
 ## check: Django's system checks and the migrations-are-committed check.
 check: $(STAMP)

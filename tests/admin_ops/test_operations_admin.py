@@ -66,6 +66,9 @@ def test_detail_page_renders_read_only_with_the_live_panel(admin_client):
     html = page.content.decode()
     assert page.status_code == 200
     assert 'id="op-live"' in html and reverse("admin:operations_operation_watch", args=[op.id]) in html
+    # The panel's code is the app's static file (shipped in the wheel, CSP-friendly), not inline.
+    assert f'data-watch-url="{reverse("admin:operations_operation_watch", args=[op.id])}"' in html
+    assert 'src="/static/operations/live.js"' in html and "new EventSource" not in html
     assert "records_per_unit" not in html  # the request is never rendered
 
 

@@ -69,15 +69,6 @@ register.filter("wq_ago", ago)
 register.filter("wq_num", number)
 
 
-@register.simple_tag(takes_context=True)
-def wq_nonce(context) -> str:
-    """The CSP nonce attribute for an inline <style>, when the site sends a CSP (Django ≥ 6)."""
-    nonce = context.get("csp_nonce")
-    if nonce is None:
-        nonce = getattr(context.get("request"), "_csp_nonce", None)
-    return format_html(' nonce="{}"', nonce) if nonce is not None else ""
-
-
 BAR_W, BAR_GAP, CHART_H = 6, 1, 24
 
 
