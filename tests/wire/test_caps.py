@@ -1,0 +1,138 @@
+"""max_running on wire queues: one definition of a used slot (a holder under a live lease, or a
+live poll reservation), applied by claim, poll and ack alike, under the queue's advisory lock.
+
+Acks go through the SDK to the live server, each thread with its own client (each request its
+own server thread and database connection).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import anthropic
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import override_settings
+
+from tests.conftest import wait_until
+from tests.wire.helpers import by_key, enqueue, row
+from workqueue import conf
+from workqueue.models import WorkItem
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ONE = "test.wire.one"
+
+
+@pytest.fixture(autouse=True)
+def _one_slot_queue():
+    """A wire queue with a single slot fleet-wide."""
+    queues = {**settings.WORKQUEUE["QUEUES"], ONE: {"over_wire": True, "max_running": 1}}
+    with override_settings(WORKQUEUE={**settings.WORKQUEUE, "QUEUES": queues}):
+        yield
+
+
+def reservation_lapsed(public_id: str) -> bool:
+    with connection.cursor() as cur:
+        cur.execute("SELECT lease_expires_at <= now() FROM work_items WHERE public_id = %s", [public_id])
+        return cur.fetchone()[0]
+
+
+def starting(queue: str = ONE) -> int:
+    return WorkItem.objects.filter(queue=queue, state__in=["starting", "active"]).count()
+
+
+def test_concurrent_acks_on_a_one_slot_queue_start_one_item_and_refuse_the_rest_with_409(sdk, env):
+    items = enqueue(env, 6, queue=ONE)
+    clients = [sdk(env.key, max_retries=0).beta.environments.work for _ in items]
+    outcomes: list = [None] * len(items)
+    start = threading.Barrier(len(items))
+
+    def ack(n: int) -> None:
+        start.wait()
+        try:
+            outcomes[n] = clients[n].ack(items[n].public_id, environment_id=env.id).state
+        except anthropic.APIStatusError as exc:
+            outcomes[n] = (exc.status_code, exc.response.headers.get("x-should-retry"), exc.body["type"])
+
+    threads = [threading.Thread(target=ack, args=(n,)) for n in range(len(items))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(map(str, outcomes)) == sorted(
+        ["starting"] + [str((409, "false", "conflict_error"))] * (len(items) - 1)
+    ), outcomes
+    assert starting() == 1
+    refused = [items[n] for n, out in enumerate(outcomes) if out != "starting"]
+    assert all((row(i.public_id).state, row(i.public_id).attempts) == ("queued", 0) for i in refused)
+
+
+def test_a_late_ack_cannot_take_the_slot_another_worker_reserved(sdk, env):
+    late = sdk(env.key, max_retries=0).beta.environments.work
+    prompt = sdk(env.key, max_retries=0).beta.environments.work
+    (first,) = enqueue(env, 1, queue=ONE, prefix="first")
+    mine = late.poll(env.id, reclaim_older_than_ms=1, anthropic_worker_id="late")
+    assert mine.id == first.public_id
+    wait_until(lambda: reservation_lapsed(mine.id), message="the late worker's reservation to lapse")
+    # Meanwhile more urgent work arrives and the other worker reserves it: the one slot is its.
+    (urgent,) = enqueue(env, 1, queue=ONE, prefix="urgent", priority=10)
+    theirs = prompt.poll(env.id, reclaim_older_than_ms=60_000, anthropic_worker_id="prompt")
+    assert theirs.id == urgent.public_id
+
+    with pytest.raises(anthropic.ConflictError) as caught:
+        late.ack(mine.id, environment_id=env.id)
+    assert caught.value.response.headers["x-should-retry"] == "false"
+    assert "max_running" in caught.value.message
+    assert prompt.ack(theirs.id, environment_id=env.id).state == "starting"
+    assert starting() == 1 and by_key("first_0").state == "queued"
+
+
+def test_an_ack_from_another_worker_than_the_reserving_one_is_refused(sdk, env, http):
+    work = sdk(env.key, max_retries=0).beta.environments.work
+    enqueue(env, 1, queue="test.wire")
+    item = work.poll(env.id, reclaim_older_than_ms=60_000, anthropic_worker_id="owner")
+    response = http.post(
+        f"/v1/environments/{env.id}/work/{item.id}/ack",
+        headers={"Authorization": f"Bearer {env.key}", "Anthropic-Worker-ID": "thief"},
+    )
+    assert response.status_code == 409 and response.headers["x-should-retry"] == "false"
+    assert response.json()["error"]["type"] == "conflict_error"
+    assert "reserved by another worker" in response.json()["error"]["message"]
+    assert row(item.id).state == "queued"
+    # The reserving worker acks (the SDK sends no worker id on ack: the id it was handed is its proof).
+    assert work.ack(item.id, environment_id=env.id).state == "starting"
+
+
+def test_an_ack_before_run_after_is_refused_and_changes_nothing(sdk, env):
+    work = sdk(env.key, max_retries=0).beta.environments.work
+    (item,) = enqueue(env, 1, queue="test.wire", delay=3600)
+    with pytest.raises(anthropic.ConflictError) as caught:
+        work.ack(item.public_id, environment_id=env.id)
+    assert "run_after" in caught.value.message
+    after = row(item.public_id)
+    assert (after.state, after.attempts, after.acknowledged_at) == ("queued", 0, None)
+
+
+def test_a_claim_leaves_the_slot_a_live_wire_reservation_holds(env):
+    (wired,) = enqueue(env, 1, queue=ONE, prefix="wired")
+    (local,) = enqueue(None, 1, queue=ONE, prefix="local")  # no environment: the in-process lane's
+    assert wired.wire and not local.wire
+    reserved = WorkItem.objects.poll(env.id, reclaim_older_than_ms=60_000, worker_id="remote").item
+    assert reserved is not None and reserved.id == wired.id
+
+    assert WorkItem.objects.claim([ONE], limit=5, worker_id="local").items == []
+    assert WorkItem.objects.ack(env.id, reserved.public_id).state == "starting"
+    assert starting() == 1
+
+
+def test_a_cap_declared_in_code_holds_for_poll(env):
+    conf.declare_queue("test.wire.declared", over_wire=True, max_running=1)
+    try:
+        enqueue(env, 2, queue="test.wire.declared")
+        assert WorkItem.objects.poll(env.id, reclaim_older_than_ms=60_000).item is not None
+        assert WorkItem.objects.poll(env.id, reclaim_older_than_ms=60_000).item is None
+    finally:
+        conf._declared.pop("test.wire.declared", None)
+        conf.wq_settings.cache_clear()
