@@ -11,7 +11,7 @@ from workqueue.items import Item
 
 def _known_queues() -> list[QueueSettings]:
     conf = wq_settings()
-    names = set(conf.queues) | set(conf._extra) | set(handlers.queues())
+    names = {q.name for q in conf.known_queues()} | set(conf._extra) | set(handlers.queues())
     return [conf.queue(n) for n in sorted(names)]
 
 

@@ -54,7 +54,7 @@ def test_concurrent_acks_on_a_one_slot_queue_start_one_item_and_refuse_the_rest_
         try:
             outcomes[n] = clients[n].ack(items[n].public_id, environment_id=env.id).state
         except anthropic.APIStatusError as exc:
-            outcomes[n] = (exc.status_code, exc.response.headers.get("x-should-retry"), exc.body["type"])
+            outcomes[n] = (exc.status_code, exc.response.headers.get("x-should-retry"), exc.body["error"]["type"])
 
     threads = [threading.Thread(target=ack, args=(n,)) for n in range(len(items))]
     for t in threads:
