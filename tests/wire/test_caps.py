@@ -8,15 +8,17 @@ own server thread and database connection).
 from __future__ import annotations
 
 import threading
+import time
 
 import anthropic
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 from django.test import override_settings
 
 from tests.conftest import wait_until
 from tests.wire.helpers import by_key, enqueue, row
+from tests.workqueue.conftest import run_threads
 from workqueue import conf
 from workqueue.models import WorkItem
 
@@ -136,3 +138,70 @@ def test_a_cap_declared_in_code_holds_for_poll(env):
     finally:
         conf._declared.pop("test.wire.declared", None)
         conf.wq_settings.cache_clear()
+
+
+def test_claims_and_wire_acks_racing_on_one_capped_queue_never_exceed_its_cap(env):
+    """Both lanes at once, each thread on its own connection: a watcher on another connection
+    never sees more used slots (live holders plus live reservations) than max_running."""
+    cap, per_lane = 2, 30
+    queues = {**settings.WORKQUEUE["QUEUES"], "test.wire.two": {"over_wire": True, "max_running": cap}}
+    with override_settings(WORKQUEUE={**settings.WORKQUEUE, "QUEUES": queues}):
+        enqueue(env, per_lane, queue="test.wire.two", prefix="wired")
+        enqueue(None, per_lane, queue="test.wire.two", prefix="local")
+        done = threading.Event()
+        seen: list[int] = []
+
+        def claimer(n: int) -> int:
+            finished = 0
+            while finished < per_lane and not done.is_set():
+                items = WorkItem.objects.claim(["test.wire.two"], limit=cap, worker_id=f"claimer-{n}").items
+                for item in items:
+                    WorkItem.objects.complete(item)
+                    finished += 1
+                if not WorkItem.objects.filter(queue="test.wire.two", wire=False).unsettled().exists():
+                    break
+                if not items:
+                    time.sleep(0.005)  # the cap is full: let the other lane finish something
+            return finished
+
+        def poller(n: int) -> int:
+            finished = 0
+            while not done.is_set():
+                item = WorkItem.objects.poll(env.id, reclaim_older_than_ms=60_000, worker_id=f"poller-{n}").item
+                if item is None:
+                    if not WorkItem.objects.filter(queue="test.wire.two", wire=True).unsettled().exists():
+                        break
+                    time.sleep(0.005)  # the cap is full: let the other lane finish something
+                    continue
+                WorkItem.objects.ack(env.id, item.public_id, worker_id=f"poller-{n}")
+                WorkItem.objects.stop(env.id, item.public_id, force=True)
+                finished += 1
+            return finished
+
+        def watcher() -> None:
+            with connections["default"].cursor() as cur:
+                while not done.is_set():
+                    cur.execute(
+                        "SELECT count(*) FROM work_items WHERE queue = 'test.wire.two' AND lease_expires_at > now() "
+                        "AND (state IN ('starting', 'active', 'stopping') OR (state = 'queued' AND wire))"
+                    )
+                    seen.append(cur.fetchone()[0])
+
+        remaining = [6]
+        lock = threading.Lock()
+
+        def body(i: int):
+            if i == 0:
+                return watcher()
+            try:
+                return claimer(i) if i % 2 else poller(i)
+            finally:
+                with lock:
+                    remaining[0] -= 1
+                    if not remaining[0]:
+                        done.set()
+
+        results = run_threads(body, 7, timeout=240)
+    assert sum(r for r in results[1:] if r) == 2 * per_lane
+    assert WorkItem.objects.filter(queue="test.wire.two").unsettled().count() == 0
+    assert seen and max(seen) <= cap, f"{max(seen)} slots used at once; the cap is {cap}"
