@@ -147,12 +147,12 @@ WHERE w.public_id = %(work_id)s AND w.environment_id = %(environment_id)s AND w.
 -- handed is its proof, as every re-hand-out mints a new one), and, on a capped queue, with
 -- a free slot: slots_used by everything else stays below the cap (its own live reservation
 -- already holds a slot). The queued row is locked first and the verdict returned: one row,
--- (due, others_reservation, has_slot, the acked item's columns or NULLs). Only the queued
+-- (due, others_reservation, queue, run_after, the acked item's columns or NULLs). Only the queued
 -- edge writes: for any other state (a repeated ack) nothing comes back and the caller reads
 -- the row to answer. handed_out is set here too, so an item acked without a poll still gets
 -- a fresh id if it is ever re-offered.
 WITH target AS (
-    SELECT w.id, w.run_after <= now() AS due,
+    SELECT w.id, w.queue, w.run_after, w.run_after <= now() AS due,
            coalesce(w.lease_expires_at > now(), false) AND w.claimed_by <> '' AND %(worker_id)s::text <> ''
                AND w.claimed_by <> %(worker_id)s::text AS others_reservation,
            CASE WHEN c.cap IS NULL THEN true
@@ -174,7 +174,7 @@ acked AS (
     WHERE w.id = t.id AND t.due AND NOT t.others_reservation AND t.has_slot
     RETURNING {item}
 )
-SELECT t.due, t.others_reservation, t.has_slot, acked.*
+SELECT t.due, t.others_reservation, t.queue, t.run_after, acked.*
 FROM target t LEFT JOIN acked ON true;
 
 

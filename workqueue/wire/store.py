@@ -205,24 +205,24 @@ class WireLane:
             "queues": [c.name for c in capped],
             "caps": [c.max_running for c in capped],
         }
-        with transaction.atomic(using=self.db, savepoint=False):  # type: ignore[attr-defined]
-            if capped:
+        if capped:
+            with transaction.atomic(using=self.db, savepoint=False):  # type: ignore[attr-defined]
                 self._wire("wire_ack_lock", params)
+                rows = self._wire("wire_ack", params)
+        else:
             rows = self._wire("wire_ack", params)
         if rows:
-            due, others_reservation, _has_slot = rows[0][:3]
-            if rows[0][3] is not None:
-                return Item.from_row(rows[0][3:])
-            item = self._wire_item(environment_id, work_id)
+            due, others_reservation, queue, run_after = rows[0][:4]
+            if rows[0][4] is not None:
+                return Item.from_row(rows[0][4:])
             if not due:
-                why = f"it is not due until {item.run_after.isoformat()} (run_after); poll again later"
+                why = f"it is not due until {run_after.isoformat()} (run_after); poll again later"
             elif others_reservation:
                 why = "it is reserved by another worker (its poll's reservation has not lapsed)"
             else:
-                conf = settings.queue(item.queue)
                 why = (
-                    f"queue {item.queue!r} is at max_running={conf.max_running} (live holders and live "
-                    "reservations); poll again later"
+                    f"queue {queue!r} is at max_running={settings.queue(queue).max_running} (live holders "
+                    "and live reservations); poll again later"
                 )
             raise WorkConflict(f"work item {work_id!r} cannot be acknowledged now: {why}")
         item = self._wire_item(environment_id, work_id)
