@@ -7,6 +7,7 @@ Outcomes:
 - any other exception → retried, recorded under ``internal``;
 - an exception while cancellation is requested → cancelled (code ``cancelled``);
 - attempts spent → failed ``attempts_exhausted`` carrying the last error;
+- cancellation requested before an attempt begins → cancelled, without running;
 - unknown kind → failed ``unknown_kind`` at once; a result detail over 16 KiB → failed
   ``result_too_large`` at once;
 - ``SystemExit``, ``KeyboardInterrupt`` or any other ``BaseException`` from a run fails its
@@ -17,6 +18,8 @@ Outcomes:
 
 ``begin`` is the guarded transition: a worker whose begin is refused (another worker holds
 the operation, or it is finished) settles its work item as a no-op and charges no attempt.
+An operation whose cancellation was requested while no run was alive (its runner died) is
+not begun: it ends cancelled there, with no attempt charged, even if its run never looks.
 """
 
 from __future__ import annotations
@@ -111,7 +114,10 @@ def handle(item, ctx) -> None:
     )
     if not rows:
         with transaction.atomic(using=using):
-            if store.run("op_exhaust", common, using=using):
+            ended = store.run("op_settle_unbegun", common, using=using)
+            if ended and ended[0][1] == "cancelled":
+                log.info("%s: cancellation was requested while no run was alive; cancelled", item.key)
+            elif ended:
                 log.warning("%s: attempts exhausted; failed", item.key)
             else:
                 store.run("op_item_noop", common, using=using)

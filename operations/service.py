@@ -184,7 +184,8 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
     """Ask an operation to stop and return it as it stands.
 
     Pending: cancelled outright (its work item too). Running: the flag is set and the run
-    decides (a run that never looks finishes, and succeeds). Terminal: returned unchanged.
+    decides (a run that never looks finishes, and succeeds); if its runner died, the next
+    worker's begin ends it cancelled without running it. Terminal: returned unchanged.
     """
     with transaction.atomic(using=using, savepoint=False):
         rows = store.run("op_cancel", {"id": op_id, "owner": owner}, using=using)

@@ -257,11 +257,13 @@ class WorkqueueSettings:
                     "or '-', at most 128 characters."
                 )
             self.queues[name] = _queue(name, raw_queue, self.queue_defaults, f"WORKQUEUE['QUEUES'][{name!r}]")
+        #: Queues an app declared in code (``declare_queue``) that the site's settings do not list.
+        self.declared: dict[str, QueueSettings] = {}
         self._extra: dict[str, QueueSettings] = {}
 
     def queue(self, name: str) -> QueueSettings:
-        """Settings for ``name``: its own entry, or the defaults for a queue not listed."""
-        found = self.queues.get(name) or self._extra.get(name)
+        """Settings for ``name``: its own entry, its declared defaults, or the defaults for a queue not listed."""
+        found = self.queues.get(name) or self.declared.get(name) or self._extra.get(name)
         if found is None:
             found = self._extra[name] = replace(self.queue_defaults, name=name)
         return found
@@ -270,10 +272,20 @@ class WorkqueueSettings:
         """Let another app give a queue its defaults (settings the site wrote still win)."""
         if name in self.queues:
             return
-        self._extra[name] = _queue(name, overrides, self.queue_defaults, f"defaults for queue {name!r}")
+        self.declared[name] = _queue(name, overrides, self.queue_defaults, f"defaults for queue {name!r}")
+
+    def known_queues(self) -> list[QueueSettings]:
+        """Every queue the site's settings list or an app declared, by name: the one source
+        of queue settings for whatever must see all queues at once (poll's and ack's caps)."""
+        return [self.queue(name) for name in sorted({*self.queues, *self.declared})]
 
     def wire_queues(self) -> list[str]:
-        return sorted(q.name for q in self.queues.values() if q.over_wire)
+        """Names of the known queues served over the wire (``over_wire``)."""
+        return [q.name for q in self.known_queues() if q.over_wire]
+
+    def capped_wire_queues(self) -> list[QueueSettings]:
+        """The known ``over_wire`` queues with a ``max_running`` cap, by name."""
+        return [q for q in self.known_queues() if q.over_wire and q.max_running is not None]
 
 
 _declared: dict[str, dict] = {}

@@ -346,6 +346,7 @@ class WorkItemManager(WireLane, models.Manager):
             "limits": [limit] * len(confs),
             "leases": [float(lease if lease is not None else c.lease) for c in confs],
             "caps": [c.max_running for c in confs],
+            "wires": [c.over_wire for c in confs],  # whose live wire reservations hold slots too
             "limit": limit,
             "worker_id": worker_id,
             # A claim lost in a server crash just returns its items to the queue; runworker

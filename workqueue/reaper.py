@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, transaction
 
 from workqueue import handlers, hooks, sql
 from workqueue.conf import QueueSettings, wq_settings
@@ -11,7 +11,7 @@ from workqueue.items import Item
 
 def _known_queues() -> list[QueueSettings]:
     conf = wq_settings()
-    names = set(conf.queues) | set(conf._extra) | set(handlers.queues())
+    names = {q.name for q in conf.known_queues()} | set(conf._extra) | set(handlers.queues())
     return [conf.queue(n) for n in sorted(names)]
 
 
@@ -20,20 +20,23 @@ def fail_hard_timeouts(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | 
     timed = [q for q in _known_queues() if q.hard_timeout is not None]
     if not timed:
         return 0
-    items = [
-        Item.from_row(r)
-        for r in sql.run(
-            "item_fail_hard_timeout",
-            {
-                "queues": [q.name for q in timed],
-                "timeouts": [q.hard_timeout for q in timed],
-                "now": now,
-                "limit": limit or wq_settings().reap_batch,
-            },
-            using=using,
-        )
-    ]
-    hooks.settled(items, "hard_timeout")
+    # One transaction, so the hooks settle what mirrors these items (operations) atomically
+    # with them, holding the items' row locks first (the lock order).
+    with transaction.atomic(using=using, savepoint=False):
+        items = [
+            Item.from_row(r)
+            for r in sql.run(
+                "item_fail_hard_timeout",
+                {
+                    "queues": [q.name for q in timed],
+                    "timeouts": [q.hard_timeout for q in timed],
+                    "now": now,
+                    "limit": limit or wq_settings().reap_batch,
+                },
+                using=using,
+            )
+        ]
+        hooks.settled(items, "hard_timeout")
     return len(items)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, transaction
 
 from workqueue import hooks, sql
 from workqueue.conf import wq_settings
@@ -24,14 +24,15 @@ def requeue_lapsed(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | None
 
     Returns (requeued, failed).
     """
-    items = [
-        Item.from_row(r)
-        for r in sql.run(
-            "item_requeue_lapsed", {"now": now, "limit": limit or wq_settings().recover_batch}, using=using
-        )
-    ]
-    failed = [i for i in items if i.state == "stopped"]
-    hooks.settled(failed, "attempts_exhausted")
+    with transaction.atomic(using=using, savepoint=False):  # the hooks settle in the same transaction
+        items = [
+            Item.from_row(r)
+            for r in sql.run(
+                "item_requeue_lapsed", {"now": now, "limit": limit or wq_settings().recover_batch}, using=using
+            )
+        ]
+        failed = [i for i in items if i.state == "stopped"]
+        hooks.settled(failed, "attempts_exhausted")
     return len(items) - len(failed), len(failed)
 
 

@@ -123,11 +123,43 @@ CLAIMED_FRAGMENT = ", ".join(f"w.{c}" for c in CLAIMED_COLUMNS)
 RELAXED_FRAGMENT = "(SELECT set_config('synchronous_commit', 'off', true) WHERE %(relaxed)s::bool) AS relaxed_commit"
 
 
+def cap_lock(queue: str) -> str:
+    """``{cap_lock:QUEUE}``: take the transaction-scoped advisory lock under which ``max_running``
+    of the queue named by the SQL expression QUEUE is checked (claim, poll and ack alike)."""
+    return f"pg_advisory_xact_lock(hashtextextended('workqueue.max_running:' || {queue}, 0))"
+
+
+def slots_used(args: str) -> str:
+    """``{slots_used:QUEUE, WIRE}``: the one definition of what counts against ``max_running``.
+
+    Items of the queue held under a live lease (starting, active, stopping; lapsed holders do
+    not count), plus, when the SQL boolean WIRE is true (an ``over_wire`` queue), live poll
+    reservations: queued wire items whose reservation has not lapsed, each one ack away from
+    holding a slot. Claim, poll and ack all count with it, under ``cap_lock``. The holders are
+    read through work_items_held_idx (few rows); reservations through the live (queue, key)
+    index, so a queue that is not served over the wire skips that count.
+    """
+    queue, wire = (part.strip() for part in args.split(",", 1))
+    return (
+        f"((SELECT count(*) FROM work_items slot_h WHERE slot_h.queue = {queue}"
+        " AND slot_h.state IN ('starting', 'active', 'stopping') AND slot_h.lease_expires_at > now())"
+        f" + CASE WHEN {wire} THEN (SELECT count(*) FROM work_items slot_r WHERE slot_r.queue = {queue}"
+        " AND slot_r.state = 'queued' AND slot_r.wire AND slot_r.lease_expires_at > now()) ELSE 0 END)"
+    )
+
+
 def load(filename: str) -> Statements:
-    """Load ``workqueue/sql/<filename>`` with the shared fragments (``{item}``, ``{claimed}``, ``{relaxed}``)."""
+    """Load ``workqueue/sql/<filename>`` with the shared fragments (``{item}``, ``{claimed}``,
+    ``{relaxed}``, ``{cap_lock:...}``, ``{slots_used:...}``)."""
     return Statements(
         Path(__file__).with_name("sql") / filename,
-        {"item": ITEM_FRAGMENT, "claimed": CLAIMED_FRAGMENT, "relaxed": RELAXED_FRAGMENT},
+        {
+            "item": ITEM_FRAGMENT,
+            "claimed": CLAIMED_FRAGMENT,
+            "relaxed": RELAXED_FRAGMENT,
+            "cap_lock": cap_lock,
+            "slots_used": slots_used,
+        },
     )
 
 

@@ -8,6 +8,10 @@
 -- Every write bumps revision (the watcher's change signal) and updated_at.
 -- A running operation and its work item share one lease: the operation's claimed_until and
 -- the item's lease_expires_at move together, and the item's lease proof is the row's.
+-- Lock order: a statement that writes both rows takes the work item's row first, then the
+-- operation's (the queue settles items first and tells operations in the same transaction), so
+-- a runner's write and a queue rule, an operator or a cancel never deadlock. The item's write
+-- comes first and the operation's depends on it: no operation write lands without its item.
 
 
 -- name: op_start
@@ -48,56 +52,68 @@ SELECT {op_light} FROM {table} o WHERE o.id = ANY(%(ids)s::text[]);
 -- The guarded transition (relaxed: a begin lost in a server crash reverts to a state that is
 -- re-offered): pending, or running with a lapsed lease, becomes running under this
 -- worker's lease (the work item's proof), charging one attempt. Exactly one worker matches.
--- The work item's lease is moved to the same expiry in the same statement.
-WITH began AS (
+-- The work item is written first (its lease moved, proof checked under its row lock, so a
+-- concurrent requeue or force stop is seen), and the operation is taken only through it, to
+-- the same expiry. A requested cancellation is never begun: op_settle_unbegun ends it.
+WITH item AS (
+    UPDATE work_items AS w SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
+    RETURNING w.lease_expires_at
+),
+began AS (
     UPDATE {table} AS o
     SET state = 'running', attempts = o.attempts + 1,
-        claimed_until = now() + make_interval(secs => %(lease)s), lease_token = %(token)s,
+        claimed_until = item.lease_expires_at, lease_token = %(token)s,
         worker_id = %(worker_id)s::text, started_at = coalesce(o.started_at, now()),
         updated_at = now(), revision = o.revision + 1,
         attempt_log = {open_attempt}
+    FROM item
     WHERE o.id = %(id)s
       AND (o.state = 'pending' OR (o.state = 'running' AND o.claimed_until < now()))
-      AND o.attempts < o.max_attempts
-      -- and only while this worker still holds the work item (one lease for both rows)
-      AND EXISTS (SELECT 1 FROM work_items w WHERE w.id = %(item_id)s AND w.lease_token = %(token)s
-                  AND w.state IN ('starting', 'active'))
+      AND o.attempts < o.max_attempts AND NOT o.cancel_requested
     RETURNING {op_run}
-),
-item AS (
-    UPDATE work_items AS w SET lease_expires_at = b.claimed_until
-    FROM began b
-    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
-    RETURNING w.id
 )
 SELECT began.*, {notify:began.id}, {relaxed} FROM began;
 
 
--- name: op_exhaust
--- begin's other answer: an operation that could be taken but has spent its attempts is
--- failed attempts_exhausted, carrying the last error, and its work item settled failed.
--- retryable is true, as the runner records it: it would have been retried had attempts remained.
-WITH gone AS (
+-- name: op_settle_unbegun
+-- begin's other answers, for an operation that could be taken but must not run: a requested
+-- cancellation (asked while no runner was alive to see it) ends it cancelled, with no attempt
+-- charged and no error; spent attempts fail it attempts_exhausted, carrying the last error
+-- (retryable true, as the runner records it: it would have been retried had attempts remained).
+-- Its work item is settled to match. Only by the item's holder, whose row is locked first.
+WITH held AS (
+    SELECT w.id FROM work_items AS w
+    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
+    FOR UPDATE
+),
+gone AS (
     UPDATE {table} AS o
-    SET state = 'failed', error_code = 'attempts_exhausted', error_retryable = true,
-        error_message = left(coalesce(nullif(o.error_message, ''),
-                                      format('gave up after %%s attempts', o.attempts)), 1024),
+    SET state = CASE WHEN o.cancel_requested THEN 'cancelled' ELSE 'failed' END,
+        error_code = CASE WHEN o.cancel_requested THEN '' ELSE 'attempts_exhausted' END,
+        error_retryable = CASE WHEN o.cancel_requested THEN NULL ELSE true END,
+        error_message = CASE WHEN o.cancel_requested THEN ''
+                             ELSE left(coalesce(nullif(o.error_message, ''),
+                                                format('gave up after %%s attempts', o.attempts)), 1024) END,
         finished_at = now(), claimed_until = NULL, lease_token = NULL,
         updated_at = now(), revision = o.revision + 1
+    FROM held
     WHERE o.id = %(id)s
       AND (o.state = 'pending' OR (o.state = 'running' AND o.claimed_until < now()))
-      AND o.attempts >= o.max_attempts
-    RETURNING o.id
+      AND (o.cancel_requested OR o.attempts >= o.max_attempts)
+    RETURNING o.id, o.state
 ),
 item AS (
     UPDATE work_items AS w
-    SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
-        last_error = 'operation attempts exhausted'
+    SET state = 'stopped', outcome = CASE gone.state WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END,
+        stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
+        last_error = CASE gone.state WHEN 'cancelled' THEN 'operation cancelled before this attempt began'
+                                     ELSE 'operation attempts exhausted' END
     FROM gone
-    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s
+    WHERE w.id = %(item_id)s
     RETURNING w.id
 )
-SELECT gone.id, {notify:gone.id} FROM gone;
+SELECT gone.id, gone.state, {notify:gone.id} FROM gone;
 
 
 -- name: op_item_noop
@@ -113,21 +129,23 @@ RETURNING id;
 -- name: op_flush
 -- A progress flush, the one statement a running operation issues regularly (relaxed, like
 -- begin: see RELAXED_FRAGMENT in workqueue/sql.py): write progress,
--- extend the lease (row and work item), and learn whether cancellation was requested and
--- whether this worker still holds the operation (no row back = not held).
-WITH f AS (
+-- extend the lease (work item, then row), and learn whether cancellation was requested and
+-- whether this worker still holds the operation (no row back = not held). Held means the
+-- work item is still this worker's: a runner silent past its lease, whose item another worker
+-- has claimed since, writes nothing and hears that it lost the operation.
+WITH item AS (
+    UPDATE work_items AS w SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
+    RETURNING w.lease_expires_at
+),
+f AS (
     UPDATE {table} AS o
     SET units_total = %(units_total)s::int, units_done = %(units_done)s::int, unit = %(unit)s::text,
         message = %(message)s::text, count = greatest(o.count, %(count)s::bigint),
-        claimed_until = now() + make_interval(secs => %(lease)s), updated_at = now(), revision = o.revision + 1
+        claimed_until = item.lease_expires_at, updated_at = now(), revision = o.revision + 1
+    FROM item
     WHERE o.id = %(id)s AND o.lease_token = %(token)s AND o.state = 'running'
-    RETURNING o.id, o.revision, o.cancel_requested, o.claimed_until
-),
-item AS (
-    UPDATE work_items AS w SET lease_expires_at = f.claimed_until
-    FROM f
-    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
-    RETURNING w.id
+    RETURNING o.id, o.revision, o.cancel_requested
 )
 SELECT f.revision, f.cancel_requested, {notify:f.id}, {relaxed} FROM f;
 
@@ -135,8 +153,14 @@ SELECT f.revision, f.cancel_requested, {notify:f.id}, {relaxed} FROM f;
 -- name: op_finish
 -- Write a terminal state with the final progress and drop the lease; settle the work item.
 -- cancel_wins: an error that races a requested cancellation is recorded as cancelled (code
--- cancelled, the error's message kept), since the runner was asked to stop.
-WITH f AS (
+-- cancelled, the error's message kept), since the runner was asked to stop. Only while this
+-- worker holds the work item, whose row is locked first.
+WITH held AS (
+    SELECT w.id FROM work_items AS w
+    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active', 'stopping')
+    FOR UPDATE
+),
+f AS (
     UPDATE {table} AS o
     SET state = CASE WHEN %(cancel_wins)s::bool AND o.cancel_requested THEN 'cancelled' ELSE %(state)s::text END,
         error_code = CASE WHEN %(cancel_wins)s::bool AND o.cancel_requested THEN 'cancelled'
@@ -151,6 +175,7 @@ WITH f AS (
         finished_at = now(), claimed_until = NULL, lease_token = NULL,
         updated_at = now(), revision = o.revision + 1,
         attempt_log = {close_attempt}
+    FROM held
     WHERE o.id = %(id)s AND o.lease_token = %(token)s AND o.state = 'running'
     RETURNING o.id, o.state
 ),
@@ -161,7 +186,7 @@ item AS (
         stopped_at = now(), lease_token = NULL,
         lease_expires_at = NULL, last_error = %(error_message)s::text
     FROM f
-    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active', 'stopping')
+    WHERE w.id = %(item_id)s
     RETURNING w.id
 )
 SELECT f.id, f.state, {notify:f.id} FROM f;
@@ -170,8 +195,14 @@ SELECT f.id, f.state, {notify:f.id} FROM f;
 -- name: op_release
 -- A retryable failure: back to pending with the error recorded, lease dropped; the work item
 -- goes back to queued after the retry delay. Refused when cancellation was requested (the
--- caller then finishes it as cancelled).
-WITH r AS (
+-- caller then finishes it as cancelled). Only while this worker holds the work item, whose
+-- row is locked first.
+WITH held AS (
+    SELECT w.id FROM work_items AS w
+    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
+    FOR UPDATE
+),
+r AS (
     UPDATE {table} AS o
     SET state = 'pending', error_code = %(error_code)s::text, error_message = %(error_message)s::text,
         error_retryable = true, claimed_until = NULL, lease_token = NULL,
@@ -179,6 +210,7 @@ WITH r AS (
         message = %(message)s::text, count = greatest(o.count, %(count)s::bigint),
         updated_at = now(), revision = o.revision + 1,
         attempt_log = {close_attempt}
+    FROM held
     WHERE o.id = %(id)s AND o.lease_token = %(token)s AND o.state = 'running' AND NOT o.cancel_requested
     RETURNING o.id
 ),
@@ -187,7 +219,7 @@ item AS (
     SET state = 'queued', run_after = now() + make_interval(secs => %(delay)s), lease_token = NULL,
         lease_expires_at = NULL, last_error = %(error_message)s::text, reclaimed = false
     FROM r
-    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
+    WHERE w.id = %(item_id)s
     RETURNING w.id
 )
 SELECT r.id, {notify:r.id} FROM r;
@@ -198,7 +230,16 @@ SELECT r.id, {notify:r.id} FROM r;
 -- error is cleared, since that error is not how it ended. Running: the flag is set and the
 -- runner decides. A repeat on a running one changes nothing (no revision bump).
 -- Terminal: no row (the caller returns it unchanged). owner NULL means any owner.
-WITH c AS (
+-- The operation's unsettled work items are locked first (the lock order), since a pending
+-- operation's cancel goes on to cancel its item (cancel_key) in the same transaction.
+WITH held AS (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM work_items AS w
+        WHERE w.key = %(id)s AND w.state IN ('queued', 'starting', 'active', 'stopping')
+        FOR UPDATE
+    ) AS locked
+),
+c AS (
     UPDATE {table} AS o
     SET cancel_requested = true,
         state = CASE WHEN o.state = 'pending' THEN 'cancelled' ELSE o.state END,
@@ -208,6 +249,7 @@ WITH c AS (
         finished_at = CASE WHEN o.state = 'pending' THEN now() ELSE o.finished_at END,
         claimed_until = CASE WHEN o.state = 'pending' THEN NULL ELSE o.claimed_until END,
         updated_at = now(), revision = o.revision + 1
+    FROM held
     WHERE o.id = %(id)s AND (%(owner)s::text IS NULL OR o.owner = %(owner)s::text)
       AND (o.state = 'pending' OR (o.state = 'running' AND NOT o.cancel_requested))
     RETURNING {op}

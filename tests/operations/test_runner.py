@@ -206,13 +206,13 @@ def test_a_cancel_requested_before_a_retry_begins_is_seen_at_once():
     op = operations.start("test.ops.hold", {"seconds": 20})
     item, _began = begin(op.id)
     operations.cancel(op.id)  # running: only the flag
-    # The holder dies; the next attempt begins with the flag already set and stops at once.
+    # The holder dies; the next worker's begin sees the flag and ends it without running it.
     WorkItem.objects.filter(pk=item.id).update(lease_expires_at="2000-01-01T00:00:00Z")
     Operation.objects.filter(pk=op.id).update(claimed_until="2000-01-01T00:00:00Z")
     run_next()
     done = op_row(op.id)
-    assert (done.state, done.attempts) == ("cancelled", 2)
-    assert runs(op.id, "returned") == [(2, False)]
+    assert (done.state, done.attempts) == ("cancelled", 1)
+    assert runs(op.id) == []
 
 
 def test_a_refused_begin_settles_its_item_as_a_no_op_and_charges_no_attempt():

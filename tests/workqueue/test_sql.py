@@ -108,7 +108,8 @@ def test_explain_of_the_claim_uses_the_claim_index_on_100k_rows():
         cur.execute("ANALYZE work_items")
         cur.execute("SELECT count(*), count(*) FILTER (WHERE state = 'queued') FROM work_items")
         assert cur.fetchone() == (100000, 1000)
-        for caps in ([None, None], [None, 3]):
+        # wires: a capped over_wire queue also counts live wire reservations against its cap.
+        for caps, wires in (([None, None], [False, False]), ([None, 3], [False, False]), ([None, 3], [False, True])):
             cur.execute(
                 "EXPLAIN " + QUERIES["item_claim"],
                 {
@@ -116,6 +117,7 @@ def test_explain_of_the_claim_uses_the_claim_index_on_100k_rows():
                     "limits": [10, 10],
                     "leases": [60.0, 60.0],
                     "caps": caps,
+                    "wires": wires,
                     "limit": 10,
                     "worker_id": "explain",
                     "relaxed": True,

@@ -62,10 +62,12 @@ SELECT count(pg_notify(%(channel)s, q)) FROM unnest(%(queues)s::text[]) AS q;
 
 
 -- name: queue_lock_caps
--- Serialize claims per capped queue for the rest of this transaction, so the count of
--- held items that max_running is checked against cannot move under the claim. Locks are
--- taken in name order (the subquery's ORDER BY) so two claimers never deadlock.
-SELECT count(pg_advisory_xact_lock(hashtextextended('workqueue.max_running:' || q, 0)))
+-- Serialize claims and polls per capped queue for the rest of this transaction, so the
+-- count of used slots (slots_used in workqueue/sql.py) that max_running is checked against
+-- cannot move under them. Locks are taken in name order (the subquery's ORDER BY) so two
+-- claimers never deadlock. Run as its own statement: the statement that counts must take
+-- its snapshot after the lock is granted, to see what the previous holder committed.
+SELECT count({cap_lock:q})
 FROM (SELECT q FROM unnest(%(queues)s::text[]) AS q ORDER BY q) AS ordered;
 
 
@@ -73,21 +75,18 @@ FROM (SELECT q FROM unnest(%(queues)s::text[]) AS q ORDER BY q) AS ordered;
 -- The in-process lane (runworker claims relaxed: see RELAXED_FRAGMENT in workqueue/sql.py).
 -- Per queue, take the best ready items (priority, run_after, age)
 -- and items whose holder's lease lapsed (reclaimed), never wire items; a capped queue
--- takes no more than its free slots, counted over holders with a live lease, and the
--- ready and lapsed candidates share that quota (ranked per queue), since a reclaimed
--- item takes a slot too. One lease proof is minted per claim. A lapsed item that has
+-- takes no more than its free slots (slots_used: holders with a live lease, plus live wire
+-- reservations on an over_wire queue), and the ready and lapsed candidates share that quota
+-- (ranked per queue), since a reclaimed item takes a slot too. One lease proof is minted per claim. A lapsed item that has
 -- spent its attempts is settled failed instead of handed out again, and returned so
 -- hooks can react. Rows come back in claim order, so runners start the best first.
 WITH q AS (
     SELECT u.name, u.lease_s,
            CASE WHEN u.cap IS NULL THEN u.n
-                ELSE least(u.n, greatest(u.cap - (
-                    SELECT count(*) FROM work_items h
-                    WHERE h.queue = u.name AND h.state IN ('starting', 'active', 'stopping')
-                      AND h.lease_expires_at > now()), 0))
+                ELSE least(u.n, greatest(u.cap - {slots_used:u.name, u.wire}, 0))
            END AS n
-    FROM unnest(%(queues)s::text[], %(limits)s::int[], %(leases)s::float8[], %(caps)s::int[])
-         AS u(name, n, lease_s, cap)
+    FROM unnest(%(queues)s::text[], %(limits)s::int[], %(leases)s::float8[], %(caps)s::int[], %(wires)s::bool[])
+         AS u(name, n, lease_s, cap, wire)
 ),
 ready AS (
     SELECT c.*, q.name AS queue_name, q.n AS quota, q.lease_s FROM q CROSS JOIN LATERAL (

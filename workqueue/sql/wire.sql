@@ -127,31 +127,62 @@ SELECT * FROM exhausted;
 
 
 -- name: wire_full_queues
--- Of the capped wire queues, those with no free slot: live holders (starting, active,
--- stopping under an unexpired lease; work_items_held_idx) plus live poll reservations,
--- which count because each is one ack away from holding a slot. Run under the per-queue
--- advisory lock (queue_lock_caps) so the counts cannot move before the poll that uses them.
+-- Of the capped wire queues, those with no free slot (slots_used in workqueue/sql.py: live
+-- holders plus live poll reservations, each one ack away from holding a slot; the same count
+-- claim and ack use). Run under the per-queue advisory lock (queue_lock_caps) so the counts
+-- cannot move before the poll that uses them.
 SELECT u.name
 FROM unnest(%(queues)s::text[], %(caps)s::int[]) AS u(name, cap)
-WHERE u.cap <= (SELECT count(*) FROM work_items h
-                WHERE h.queue = u.name AND h.state IN ('starting', 'active', 'stopping')
-                  AND h.lease_expires_at > now())
-             + (SELECT count(*) FROM work_items r
-                WHERE r.queue = u.name AND r.state = 'queued' AND r.wire AND r.lease_expires_at > now());
+WHERE u.cap <= {slots_used:u.name, true};
+
+
+-- name: wire_ack_lock
+-- Before an ack of an item on a capped wire queue: take that queue's max_running lock (the
+-- one claim and poll take, queue_lock_caps), so the ack's count of used slots cannot move.
+-- Its own statement, so that wire_ack's snapshot sees what the lock's previous holder did.
+-- Nothing is locked for an uncapped queue or an item that is not queued (a repeated ack).
+SELECT {cap_lock:w.queue}
+FROM work_items w
+WHERE w.public_id = %(work_id)s AND w.environment_id = %(environment_id)s AND w.wire
+  AND w.state = 'queued' AND w.queue = ANY (%(queues)s::text[]);
 
 
 -- name: wire_ack
 -- queued -> starting: stamp acknowledged_at, install the startup lease, charge the attempt
--- and mint the lease proof. Only the queued edge writes, so a repeated ack changes nothing
--- (the caller reads the row to answer it). handed_out is set here too, so an item acked
--- without a poll still gets a fresh id if it is ever re-offered.
-UPDATE work_items w
-SET state = 'starting', acknowledged_at = now(), attempts = w.attempts + 1,
-    lease_expires_at = now() + make_interval(secs => %(startup_s)s),
-    lease_token = gen_random_uuid(), handed_out = true
-WHERE w.public_id = %(work_id)s AND w.environment_id = %(environment_id)s AND w.wire
-  AND w.state = 'queued'
-RETURNING {item};
+-- and mint the lease proof; only for an item that is due (run_after passed), not under a
+-- live reservation of another worker (when the acker names itself; otherwise the id it was
+-- handed is its proof, as every re-hand-out mints a new one), and, on a capped queue, with
+-- a free slot: slots_used by everything else stays below the cap (its own live reservation
+-- already holds a slot). The queued row is locked first and the verdict returned: one row,
+-- (due, others_reservation, queue, run_after, the acked item's columns or NULLs). Only the queued
+-- edge writes: for any other state (a repeated ack) nothing comes back and the caller reads
+-- the row to answer. handed_out is set here too, so an item acked without a poll still gets
+-- a fresh id if it is ever re-offered.
+WITH target AS (
+    SELECT w.id, w.queue, w.run_after, w.run_after <= now() AS due,
+           coalesce(w.lease_expires_at > now(), false) AND w.claimed_by <> '' AND %(worker_id)s::text <> ''
+               AND w.claimed_by <> %(worker_id)s::text AS others_reservation,
+           CASE WHEN c.cap IS NULL THEN true
+                ELSE {slots_used:w.queue, true}
+                     - CASE WHEN w.lease_expires_at > now() THEN 1 ELSE 0 END < c.cap END AS has_slot
+    FROM work_items w
+    LEFT JOIN unnest(%(queues)s::text[], %(caps)s::int[]) AS c(name, cap) ON c.name = w.queue
+    WHERE w.public_id = %(work_id)s AND w.environment_id = %(environment_id)s AND w.wire
+      AND w.state = 'queued'
+    FOR UPDATE OF w
+),
+acked AS (
+    UPDATE work_items w
+    SET state = 'starting', acknowledged_at = now(), attempts = w.attempts + 1,
+        lease_expires_at = now() + make_interval(secs => %(startup_s)s),
+        lease_token = gen_random_uuid(), handed_out = true,
+        claimed_by = CASE WHEN %(worker_id)s::text <> '' THEN %(worker_id)s::text ELSE w.claimed_by END
+    FROM target t
+    WHERE w.id = t.id AND t.due AND NOT t.others_reservation AND t.has_slot
+    RETURNING {item}
+)
+SELECT t.due, t.others_reservation, t.queue, t.run_after, acked.*
+FROM target t LEFT JOIN acked ON true;
 
 
 -- name: wire_heartbeat

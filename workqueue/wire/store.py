@@ -158,8 +158,7 @@ class WireLane:
 
     def _poll_once(self, environment_id: str, reserve_ms: int, worker_id: str | None) -> PollResult:
         settings = wq_settings()
-        capped = [settings.queue(q) for q in settings.wire_queues()]
-        capped = [c for c in capped if c.max_running is not None]
+        capped = settings.capped_wire_queues()
         params = {
             "environment_id": environment_id,
             "reserve_s": reserve_ms / 1000,
@@ -213,18 +212,45 @@ class WireLane:
 
     # -- the holder's lifecycle ---------------------------------------------------------
 
-    def ack(self, environment_id: str, work_id: str) -> Item:
+    def ack(self, environment_id: str, work_id: str, *, worker_id: str | None = None) -> Item:
         """Acknowledge a polled item: queued → starting under the startup lease.
 
-        Idempotent for a starting or active item (returned unchanged); a stopping or
-        stopped item is ``WorkConflict``.
+        Idempotent for a starting or active item (returned unchanged). ``WorkConflict`` when
+        the item is stopping or stopped, not due yet (``run_after``), under another worker's
+        live reservation (only known when ``worker_id`` names the acker), or when its queue's
+        ``max_running`` has no slot for it (live holders plus other live reservations, the
+        count claim and poll use, under the same per-queue lock).
         """
-        rows = self._wire(
-            "wire_ack",
-            {"environment_id": environment_id, "work_id": work_id, "startup_s": wq_settings().startup_lease},
-        )
+        settings = wq_settings()
+        capped = settings.capped_wire_queues()
+        params = {
+            "environment_id": environment_id,
+            "work_id": work_id,
+            "startup_s": settings.startup_lease,
+            "worker_id": worker_id or "",
+            "queues": [c.name for c in capped],
+            "caps": [c.max_running for c in capped],
+        }
+        if capped:
+            with transaction.atomic(using=self.db, savepoint=False):  # type: ignore[attr-defined]
+                self._wire("wire_ack_lock", params)
+                rows = self._wire("wire_ack", params)
+        else:
+            rows = self._wire("wire_ack", params)
         if rows:
-            return Item.from_row(rows[0])
+            due, others_reservation, queue, run_after = rows[0][:4]
+            if rows[0][4] is not None:
+                return Item.from_row(rows[0][4:])
+            if not due:
+                why = f"it is not due until {run_after.isoformat()} (run_after); poll again later"
+            elif others_reservation:
+                why = "it is reserved by another worker (its poll's reservation has not lapsed)"
+            else:
+                why = (
+                    f"queue {queue!r} is at max_running={settings.queue(queue).max_running} (live holders "
+                    "and live reservations); poll again later"
+                )
+            raise WorkConflict(f"work item {work_id!r} cannot be acknowledged now: {why}")
         item = self._wire_item(environment_id, work_id)
         if item.state in ("starting", "active"):
             return item

@@ -162,7 +162,8 @@ def work_item(request, caller, work_id):
 @endpoint(POST=(ENVIRONMENT,))
 def ack(request, caller, work_id):
     """POST …/work/{id}/ack: queued → starting (idempotent once started)."""
-    item = WorkItem.objects.ack(caller.environment_id, work_id)
+    worker_id = serializers.worker_id(request.headers.get("Anthropic-Worker-ID"))
+    item = WorkItem.objects.ack(caller.environment_id, work_id, worker_id=worker_id)
     return _json(serializers.work_object(item))
 
 
