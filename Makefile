@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 VENV52  ?= .venv-django52
 STAMP52 := $(VENV52)/.installed
 
-.PHONY: run test test-django52 lint format bench check venv clean
+.PHONY: run test test-django52 test-pgbouncer lint format bench check venv clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt pyproject.toml
 	@PYBIN=$$(scripts/find-python) || exit 1; \
@@ -38,6 +38,10 @@ test: $(STAMP)
 ## test-django52: the django.tasks backend, the admin and a worker smoke test on Django 5.2 LTS + the django-tasks backport.
 test-django52: $(STAMP52)
 	$(VENV52)/bin/python scripts/devdb.py run -- $(VENV52)/bin/python -m pytest tests/tasks tests/admin tests/admin_ops tests/workqueue/test_smoke.py $(PYTEST_ARGS)
+
+## test-pgbouncer: the worker-process, operations and wire tests through a real PgBouncer in transaction mode.
+test-pgbouncer: $(STAMP)
+	$(PY) scripts/pgbouncer_test.py $(PYTEST_ARGS)
 
 ## check: Django's system checks and the migrations-are-committed check.
 check: $(STAMP)
