@@ -64,7 +64,14 @@ def _build(cls: type, value: Mapping, path: str, problems: list[str], strict: bo
     }
     if strict and problems:
         return None
-    return cls(**kwargs)
+    if not strict:
+        return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:  # the class's own checks (__post_init__)
+        where = f"'{path.rstrip('.')}' ({cls.__name__})" if path else cls.__name__
+        problems.append(f"{where} refused it: {exc}")
+        return None
 
 
 def _convert(tp, value, path: str, problems: list[str], strict: bool):

@@ -224,6 +224,22 @@ def test_a_mapping_that_does_not_fit_the_dataclass_is_refused_naming_each_field(
     assert not isinstance(caught.value, RequestTypeMismatch)
 
 
+@dataclasses.dataclass
+class Checked:
+    units: int
+
+    def __post_init__(self):
+        if self.units < 1:
+            raise ValueError("units must be at least 1")
+
+
+def test_the_dataclass_own_checks_refuse_a_mapping_as_invalid_request():
+    definition = Definition(kind="t.checked", run=noop, request_type=Checked)
+    assert definition.encode({"units": 2}) == {"units": 2}
+    with pytest.raises(InvalidRequest, match="refused it: units must be at least 1"):
+        definition.encode({"units": 0})
+
+
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
