@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 VENV52  ?= .venv-django52
 STAMP52 := $(VENV52)/.installed
 
-.PHONY: run test test-django52 test-embed lint format bench check venv clean
+.PHONY: run test test-django52 test-embed test-pgbouncer lint format bench check venv clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt pyproject.toml
 	@PYBIN=$$(scripts/find-python) || exit 1; \
@@ -44,6 +44,10 @@ test-django52: $(STAMP52)
 EMBED_DATABASE_NAME ?= workqueue_embed
 test-embed: $(STAMP)
 	DEVDB_NAME=$(EMBED_DATABASE_NAME) $(DEVDB) $(PY) scripts/embed_check.py $(EMBED_ARGS)
+
+## test-pgbouncer: the worker-process, operations and wire tests through a real PgBouncer in transaction mode.
+test-pgbouncer: $(STAMP)
+	$(PY) scripts/pgbouncer_test.py $(PYTEST_ARGS)
 
 ## check: Django's system checks and the migrations-are-committed check.
 check: $(STAMP)

@@ -9,7 +9,8 @@ Register in an ``AppConfig.ready()`` so every process (web and worker) knows the
         ...
         return operations.Result(uri=...)
 
-Request types are dataclasses (encoded as their fields) or, with no type, plain JSON values.
+Request types are dataclasses (encoded as their fields; ``start`` also takes a mapping of the
+fields and builds the dataclass) or, with no type, plain JSON values.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import dataclasses
 import json
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from operations import request_mapping
 from operations.exceptions import (
     DuplicateKind,
     InvalidDefinition,
@@ -65,9 +67,12 @@ class Definition:
     def encode(self, request) -> object:
         """Check the request against the kind's type and return its JSON-ready form."""
         if self.request_type is not None:
+            if self._takes_mapping(request):
+                request = self._from_mapping(request)
             if not isinstance(request, self.request_type):
+                or_mapping = " or a mapping of its fields" if dataclasses.is_dataclass(self.request_type) else ""
                 raise RequestTypeMismatch(
-                    f"kind {self.kind!r} takes a {self.request_type.__qualname__} request, "
+                    f"kind {self.kind!r} takes a {self.request_type.__qualname__} request{or_mapping}, "
                     f"not {type(request).__qualname__}"
                 )
             if dataclasses.is_dataclass(request):
@@ -93,13 +98,31 @@ class Definition:
             )
         return value
 
+    def _takes_mapping(self, request) -> bool:
+        return (
+            isinstance(request, Mapping)
+            and not isinstance(request, self.request_type)
+            and dataclasses.is_dataclass(self.request_type)
+        )
+
+    def _from_mapping(self, request: Mapping):
+        """Build the kind's dataclass from a mapping of its fields (a shell's, a cron line's, JSON's)."""
+        built, problems = request_mapping.from_mapping(self.request_type, request)
+        if problems:
+            raise InvalidRequest(
+                f"the request for kind {self.kind!r} does not fit {self.request_type.__qualname__}: "
+                f"{'; '.join(problems)}"
+            )
+        return built
+
     def decode(self, value):
         """Rebuild the request the runner receives from its stored form."""
         if self.request_type is None:
             return value
         if dataclasses.is_dataclass(self.request_type):
-            names = {f.name for f in dataclasses.fields(self.request_type)}
-            return self.request_type(**{k: v for k, v in (value or {}).items() if k in names})
+            # Fields added to the stored form later (or dropped from the class) are ignored.
+            built, _ = request_mapping.from_mapping(self.request_type, value or {}, strict=False)
+            return built
         if hasattr(self.request_type, "from_json"):
             return self.request_type.from_json(value)
         return self.request_type(value)

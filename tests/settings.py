@@ -12,7 +12,7 @@ import os
 os.environ.setdefault("SECRET_KEY", "tests-only-secret-key-" + "x" * 40)
 
 from project.settings import *  # noqa: F403
-from project.settings import INSTALLED_APPS, OPERATIONS, WORKQUEUE
+from project.settings import DATABASES, INSTALLED_APPS, OPERATIONS, WORKQUEUE
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp.apps.TestAppConfig"]
 
@@ -76,3 +76,13 @@ TASKS = {
         "OPTIONS": {"MAX_ATTEMPTS": 1, "OWNER": "other-owner"},
     },
 }
+
+# `make test-pgbouncer` (scripts/pgbouncer_test.py) sends DATABASE_URL through PgBouncer in
+# transaction mode and sets what docs/performance.md tells a site behind such a pooler to set:
+# LISTEN on a direct connection, no prepared statements (PgBouncer < 1.21), and no
+# server-side cursors (Django's own advice for transaction pooling).
+if os.environ.get("LISTEN_DATABASE_URL"):
+    WORKQUEUE["LISTEN_DATABASE_URL"] = os.environ["LISTEN_DATABASE_URL"]
+if os.environ.get("TRANSACTION_POOLER") == "1":
+    WORKQUEUE["PREPARED_STATEMENTS"] = False
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True

@@ -29,7 +29,7 @@ from django.utils.html import format_html
 from workqueue import dashboard, handlers
 from workqueue.conf import wq_settings
 from workqueue.environments import create_api_key, create_environment, rotate_environment_key
-from workqueue.models import ApiKey, Environment, MaintenanceRun, Outcome, State, Worker, WorkItem
+from workqueue.models import ApiKey, Environment, MaintenanceRun, Outcome, QueueDashboard, State, Worker, WorkItem
 from workqueue.templatetags.workqueue_admin import DASH, duration, lease_text, seconds_between
 
 #: Badge tone of each state; a stopped item takes the tone of its outcome.
@@ -389,6 +389,48 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
         if ids is not None:
             changed = WorkItem.objects.force_stop(ids)
             self._report(request, "Force-stopped", len(changed), len(ids), "were already stopped")
+
+
+@admin.register(QueueDashboard)
+class QueueDashboardAdmin(admin.ModelAdmin):
+    """The queue dashboard's entry in the admin index and sidebar; it leads to the dashboard.
+
+    Listed for whoever may view work items (the dashboard's own test); it adds, changes and
+    deletes nothing, so it has no permissions of its own.
+    """
+
+    def _may_view(self, request) -> bool:
+        try:
+            work_items = self.admin_site.get_model_admin(WorkItem)
+        except admin.sites.NotRegistered:
+            return False
+        return work_items.has_view_permission(request)
+
+    def has_view_permission(self, request, obj=None):
+        return self._may_view(request)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_model_perms(self, request):
+        # The Work queue app page already opens with the dashboard (its app_index template):
+        # list the entry everywhere else, not twice there.
+        match = request.resolver_match
+        on_app_page = match is not None and match.url_name == "app_list"
+        return {"add": False, "change": False, "delete": False, "view": self._may_view(request) and not on_app_page}
+
+    def get_urls(self):
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+
+    def changelist_view(self, request, extra_context=None):
+        return HttpResponseRedirect(reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard"))
 
 
 class KeyCreatingAdmin(admin.ModelAdmin):

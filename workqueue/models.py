@@ -186,6 +186,20 @@ class WorkItem(models.Model):
         return f"{self.queue}:{self.key} ({self.state})"
 
 
+class QueueDashboard(WorkItem):
+    """The queue dashboard's entry in the admin's app lists (a proxy: no table, no permissions).
+
+    The admin lists registered models only; this entry puts "Queue dashboard" on the admin
+    index (and its sidebar) of any site that registers ``workqueue.admin``, with no change to
+    the site's ``AdminSite`` or templates.
+    """
+
+    class Meta:
+        proxy = True
+        default_permissions = ()
+        verbose_name = verbose_name_plural = "queue dashboard"
+
+
 class Worker(models.Model):
     """A ``runworker`` process, as it last reported itself."""
 

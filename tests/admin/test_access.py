@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from tests.admin.conftest import make_item
@@ -71,6 +74,35 @@ def test_staff_without_permission_does_not_see_the_dashboard_link(staff_client):
     # The app index itself is a 404 for a user who may see none of its models.
     response = staff_client.get(reverse("admin:index"))
     assert DASHBOARD not in response.content.decode()
+
+
+def dashboard_entries(page: str) -> list[str]:
+    """The targets of the links named "Queue dashboard" on a page."""
+    return re.findall(r'<a href="([^"]+)"[^>]*>Queue dashboard</a>', page)
+
+
+@pytest.mark.parametrize("who", ["viewer_client", "admin_client"])
+def test_the_admin_index_links_to_the_dashboard_for_who_may_view_work_items(request, who):
+    client = request.getfixturevalue(who)
+    (entry,) = dashboard_entries(client.get(reverse("admin:index")).content.decode())
+    response = client.get(entry, follow=True)
+    assert response.status_code == 200
+    assert response.request["PATH_INFO"] == DASHBOARD
+
+
+def test_the_admin_index_has_no_dashboard_entry_for_staff_without_permission(staff_client, django_user_model):
+    assert dashboard_entries(staff_client.get(reverse("admin:index")).content.decode()) == []
+    # Another app's permission shows the index's app list, still without the entry.
+    user = django_user_model.objects.get(username="staff")
+    user.user_permissions.add(Permission.objects.get(codename="view_environment"))
+    page = staff_client.get(reverse("admin:index")).content.decode()
+    assert reverse("admin:workqueue_environment_changelist") in page
+    assert dashboard_entries(page) == []
+
+
+def test_the_dashboard_entry_is_not_listed_twice_on_the_work_queue_app_page(admin_client):
+    page = admin_client.get(reverse("admin:app_list", args=["workqueue"])).content.decode()
+    assert len(dashboard_entries(page)) == 1
 
 
 def test_a_viewer_sees_the_dashboard_and_items_but_cannot_move_them(viewer_client):

@@ -155,8 +155,123 @@ def test_a_typed_request_is_checked_encoded_and_decoded():
     assert encoded == {"name": "subject-1", "size": 3}
     decoded = definition.decode({**encoded, "added_later": True})
     assert decoded == TypedRequest(name="subject-1", size=3)
-    with pytest.raises(RequestTypeMismatch, match="takes a TypedRequest request, not dict"):
-        definition.encode({"name": "subject-1"})
+    with pytest.raises(RequestTypeMismatch, match="takes a TypedRequest request or a mapping of its fields, not list"):
+        definition.encode(["subject-1"])
+    with pytest.raises(RequestTypeMismatch, match="not Target"):
+        definition.encode(Target(host="h", port=1))
+
+
+@dataclasses.dataclass
+class Target:
+    host: str
+    port: int = 443
+
+
+@dataclasses.dataclass
+class Nested:
+    target: Target
+    tags: list[str]
+    ratio: float = 1.0
+    backup: Target | None = None
+    labels: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def test_a_mapping_builds_the_dataclass_request_with_its_defaults():
+    definition = Definition(kind="t.typed", run=noop, request_type=TypedRequest)
+    assert definition.encode({"name": "subject-1"}) == {"name": "subject-1", "size": 1}
+    assert definition.encode({"name": "subject-1", "size": 3}) == {"name": "subject-1", "size": 3}
+
+
+def test_a_mapping_builds_nested_dataclasses_and_the_run_gets_them_back():
+    definition = Definition(kind="t.nested", run=noop, request_type=Nested)
+    encoded = definition.encode(
+        {"target": {"host": "db"}, "tags": ["a", "b"], "ratio": 2, "backup": None, "labels": {"x": 1}}
+    )
+    assert encoded == {
+        "target": {"host": "db", "port": 443},
+        "tags": ["a", "b"],
+        "ratio": 2,
+        "backup": None,
+        "labels": {"x": 1},
+    }
+    decoded = definition.decode(encoded)
+    assert decoded == Nested(target=Target("db"), tags=["a", "b"], ratio=2, labels={"x": 1})
+    assert isinstance(decoded.target, Target)
+    with_backup = definition.decode({**encoded, "backup": {"host": "spare", "port": 5}})
+    assert with_backup.backup == Target("spare", 5)
+
+
+@pytest.mark.parametrize(
+    ("value", "problems"),
+    [
+        ({"name": "x", "colour": "red", "shape": 1}, ["unknown fields 'colour', 'shape' (it takes name, size)"]),
+        ({"size": 2}, ["missing field 'name'"]),
+        ({"name": "x", "size": "3"}, ["'size' must be int, not str"]),
+        ({"name": "x", "size": True}, ["'size' must be int, not bool"]),
+        ({"name": None}, ["'name' must be str, not NoneType"]),
+        ({"nme": "x", "size": 2.5}, ["unknown field 'nme'", "missing field 'name'", "'size' must be int, not float"]),
+    ],
+    ids=["unknown", "missing", "str for int", "bool for int", "null for str", "all named at once"],
+)
+def test_a_mapping_that_does_not_fit_the_dataclass_is_refused_naming_each_field(value, problems):
+    definition = Definition(kind="t.typed", run=noop, request_type=TypedRequest)
+    with pytest.raises(InvalidRequest) as caught:
+        definition.encode(value)
+    message = str(caught.value)
+    assert "kind 't.typed'" in message and "TypedRequest" in message
+    for problem in problems:
+        assert problem in message
+    assert not isinstance(caught.value, RequestTypeMismatch)
+
+
+@dataclasses.dataclass
+class Checked:
+    units: int
+
+    def __post_init__(self):
+        if self.units < 1:
+            raise ValueError("units must be at least 1")
+
+
+def test_the_dataclass_own_checks_refuse_a_mapping_as_invalid_request():
+    definition = Definition(kind="t.checked", run=noop, request_type=Checked)
+    assert definition.encode({"units": 2}) == {"units": 2}
+    with pytest.raises(InvalidRequest, match="refused it: units must be at least 1"):
+        definition.encode({"units": 0})
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"target": {"host": "db", "port": "80"}, "tags": []}, "'target.port' must be int, not str"),
+        ({"target": {"host": "db", "proto": "tcp"}, "tags": []}, "unknown field 'target.proto'"),
+        ({"target": {}, "tags": []}, "missing field 'target.host'"),
+        ({"target": "db:80", "tags": []}, "'target' must be a mapping of Target's fields (or a Target), not str"),
+        ({"target": {"host": "db"}, "tags": ["a", 2]}, "'tags[1]' must be str, not int"),
+        ({"target": {"host": "db"}, "tags": "a,b"}, "'tags' must be a list, not str"),
+        ({"target": {"host": "db"}, "tags": [], "ratio": "1.5"}, "'ratio' must be float, not str"),
+        ({"target": {"host": "db"}, "tags": [], "backup": {"port": 1}}, "missing field 'backup.host'"),
+        ({"target": {"host": "db"}, "tags": [], "backup": 7}, "'backup' must be a mapping of Target's fields"),
+        ({"target": {"host": "db"}, "tags": [], "labels": {"x": "1"}}, "'labels[\"x\"]' must be int, not str"),
+    ],
+    ids=[
+        "nested wrong type",
+        "nested unknown",
+        "nested missing",
+        "nested not a mapping",
+        "list item",
+        "not a list",
+        "float",
+        "optional nested",
+        "optional nested not a mapping",
+        "dict value",
+    ],
+)
+def test_wrong_nested_types_are_refused_with_their_path(value, problem):
+    definition = Definition(kind="t.nested", run=noop, request_type=Nested)
+    with pytest.raises(InvalidRequest) as caught:
+        definition.encode(value)
+    assert problem in str(caught.value)
 
 
 def test_an_untyped_request_must_be_plain_json():

@@ -43,6 +43,13 @@ def test_both_progress_tiers_land_on_the_row_and_success_completes_the_units():
     assert (item.state, item.outcome) == ("stopped", "succeeded")
 
 
+def test_a_typed_kind_started_from_a_mapping_runs_with_its_dataclass():
+    op = operations.start("test.ops.typed", {"name": "from-a-dict"})
+    done = run_to_end(op.id)
+    assert done.state == "succeeded"
+    assert done.result.detail == {"type": "TypedRequest", "name": "from-a-dict", "size": 1}
+
+
 def test_a_run_without_units_succeeds_with_no_fraction():
     op = operations.start("test.ops.count", {"steps": 4, "per_step": 1000})
     done = run_to_end(op.id)

@@ -124,12 +124,14 @@ def test_a_duplicate_does_not_abort_the_callers_transaction():
 @pytest.mark.parametrize(
     ("kind", "request_", "error", "match"),
     [
-        ("test.ops.typed", {"name": "x"}, RequestTypeMismatch, "takes a TypedRequest request, not dict"),
+        ("test.ops.typed", ["x"], RequestTypeMismatch, "takes a TypedRequest request or a mapping of its fields"),
+        ("test.ops.typed", {"nme": "x"}, InvalidRequest, "unknown field 'nme'"),
+        ("test.ops.typed", {"name": "x", "size": "3"}, InvalidRequest, "'size' must be int, not str"),
         ("test.ops.count", {"blob": "x" * 70_000}, RequestTooLarge, "over the 65,536-byte limit"),
         ("test.ops.count", {"when": object()}, InvalidRequest, "not JSON-serialisable"),
         ("test.ops.nobody", {}, UnknownKind, "unknown operation kind 'test.ops.nobody'"),
     ],
-    ids=["wrong type", "too large", "not json", "unknown kind"],
+    ids=["wrong type", "unknown field", "wrong field type", "too large", "not json", "unknown kind"],
 )
 def test_start_refuses_bad_requests_with_clear_errors_and_writes_nothing(kind, request_, error, match):
     with pytest.raises(error, match=match):
@@ -158,6 +160,14 @@ def test_start_refuses_bad_options_and_writes_nothing(options):
 
 def test_a_typed_request_round_trips():
     op = operations.start("test.ops.typed", TypedRequest(name="subject-1", size=3))
+    assert op_row(op.id).request == {"name": "subject-1", "size": 3}
+
+
+def test_a_typed_kind_accepts_a_mapping_of_its_fields():
+    # What a shell, a cron line or a JSON body has: a dict, built into the kind's dataclass.
+    op = operations.start("demo.export", {"units": 3})
+    assert op_row(op.id).request == {"units": 3, "records_per_unit": 1000, "seconds_per_unit": 1.0}
+    op = operations.start("test.ops.typed", {"name": "subject-1", "size": 3})
     assert op_row(op.id).request == {"name": "subject-1", "size": 3}
 
 

@@ -21,6 +21,11 @@ def held_by(key: str, worker_id: str) -> bool:
     return WorkItem.objects.filter(key=key, state="active", claimed_by=worker_id).exists()
 
 
+def running(key: str, worker_id: str) -> bool:
+    """Its handler has started (a claimed item may still wait in the worker's run queue)."""
+    return held_by(key, worker_id) and Sample.objects.filter(name=f"started:{key}").exists()
+
+
 def test_a_sigkilled_holder_loses_the_item_to_another_worker_and_its_proof_is_refused(make_worker_ready):
     WorkItem.objects.enqueue("test.holdonce", "victim")
     doomed = make_worker_ready("doomed", "--queue", "test.holdonce")
@@ -94,7 +99,7 @@ def test_an_idle_worker_wakes_on_notify_long_before_its_backstop_poll(make_worke
 def test_sigterm_during_a_short_item_lets_it_finish_and_exits_0(make_worker_ready):
     proc = make_worker_ready("graceful", "--queue", "test.short", "--grace", "10")
     WorkItem.objects.enqueue("test.short", "short", metadata={"seconds": "1.5"})
-    wait_until(lambda: held_by("short", "graceful"), timeout=20, message="the item to start")
+    wait_until(lambda: running("short", "graceful"), timeout=20, message="the item to start")
     proc.signal(signal.SIGTERM)
     assert proc.wait(20) == 0, proc.output()[-2000:]
     item = row("short")
@@ -106,10 +111,7 @@ def test_sigterm_during_a_short_item_lets_it_finish_and_exits_0(make_worker_read
 def test_sigterm_during_a_long_item_releases_it_after_the_grace_period_and_exits_0(make_worker_ready):
     proc = make_worker_ready("impatient", "--queue", "test.short", "--grace", "1")
     WorkItem.objects.enqueue("test.short", "long", metadata={"seconds": "60"})
-    wait_until(lambda: held_by("long", "impatient"), timeout=20, message="the item to start")
-    # Held is claimed; give a runner thread a moment to start it (a claimed item that has not
-    # started yet is rightly handed back at once, which is not what this test is about).
-    time.sleep(0.3)
+    wait_until(lambda: running("long", "impatient"), timeout=20, message="the item to start")
     signalled = time.monotonic()
     proc.signal(signal.SIGTERM)
     assert proc.wait(20) == 0, proc.output()[-2000:]
@@ -123,7 +125,7 @@ def test_sigterm_during_a_long_item_releases_it_after_the_grace_period_and_exits
 def test_a_second_signal_exits_at_once(make_worker_ready):
     proc = make_worker_ready("twice", "--queue", "test.short", "--grace", "60")
     WorkItem.objects.enqueue("test.short", "long", metadata={"seconds": "60"})
-    wait_until(lambda: held_by("long", "twice"), timeout=20, message="the item to start")
+    wait_until(lambda: running("long", "twice"), timeout=20, message="the item to start")
     proc.signal(signal.SIGTERM)
     wait_until(lambda: "SIGTERM received" in proc.output(), timeout=10, message="the first signal")
     signalled = time.monotonic()
