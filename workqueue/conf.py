@@ -94,6 +94,10 @@ DEFAULTS: dict[str, object] = {
     "REAP_BATCH": 1000,  # reap: rows per sweep
     "STUCK_AFTER": 300.0,  # a queued item this far past its run_after counts as stuck
     "MAINTENANCE_WARN_AFTER": 600.0,  # a check warns when neither recover nor reap ran for this long
+    "SCHEDULES": {},  # name -> schedule dict (see workqueue.schedules), synced to work_schedules
+    "SCHEDULE_BATCH": 100,  # due schedules one firing transaction takes
+    "SCHEDULE_CATCHUP": 100,  # missed slots the `all` policy fires at most, per schedule and pass
+    "SCHEDULE_GRACE": 60.0,  # a slot fired later than this counts as missed (`skip` drops it)
 }
 
 _DURATIONS = {
@@ -109,8 +113,17 @@ _DURATIONS = {
     "POLLING_WINDOW",
     "STUCK_AFTER",
     "MAINTENANCE_WARN_AFTER",
+    "SCHEDULE_GRACE",
 }
-_COUNTS = {"BATCH", "CONCURRENCY", "RECOVER_BATCH", "REAP_BATCH", "FINALIZE_BATCH"}
+_COUNTS = {
+    "BATCH",
+    "CONCURRENCY",
+    "RECOVER_BATCH",
+    "REAP_BATCH",
+    "FINALIZE_BATCH",
+    "SCHEDULE_BATCH",
+    "SCHEDULE_CATCHUP",
+}
 
 
 def seconds(
@@ -228,6 +241,16 @@ class WorkqueueSettings:
             raise WorkqueueSettingsError(
                 "WORKQUEUE['HEARTBEAT_TTL_MIN'] must not exceed WORKQUEUE['HEARTBEAT_TTL_MAX']."
             )
+
+        schedules = merged["SCHEDULES"]
+        if not isinstance(schedules, dict) or not all(isinstance(v, dict) for v in schedules.values()):
+            raise WorkqueueSettingsError(
+                "WORKQUEUE['SCHEDULES'] must be a dict of schedule name -> schedule dict "
+                '(e.g. {"nightly": {"cron": "30 2 * * *", "queue": "reports"}}).'
+            )
+        # Each schedule is checked by workqueue.schedules (manage.py check: workqueue.E002), so
+        # one bad schedule is named on its own instead of breaking every reader of the settings.
+        self.schedules: dict[str, dict] = schedules
 
         self.queue_defaults = _queue("", merged["QUEUE_DEFAULTS"], QueueSettings(), "WORKQUEUE['QUEUE_DEFAULTS']")
         queues = merged["QUEUES"]
