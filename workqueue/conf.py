@@ -97,7 +97,7 @@ DEFAULTS: dict[str, object] = {
     "SCHEDULES": {},  # name -> schedule dict (see workqueue.schedules), synced to work_schedules
     "SCHEDULE_BATCH": 100,  # due schedules one firing transaction takes
     "SCHEDULE_CATCHUP": 100,  # missed slots the `all` policy fires at most, per schedule and pass
-    "SCHEDULE_GRACE": 60.0,  # a slot fired later than this counts as missed (`skip` drops it)
+    "SCHEDULE_GRACE": 10.0,  # a slot fired later than this counts as missed (`skip` drops it)
 }
 
 _DURATIONS = {

@@ -350,7 +350,7 @@ def _notify(using: str) -> None:
 # -- verbs ------------------------------------------------------------------------------
 
 
-def add(fields: dict, *, using: str = DEFAULT_DB_ALIAS, source: str = "admin"):
+def add(fields: dict, *, using: str = DEFAULT_DB_ALIAS, source: str = "admin", now: dt.datetime | None = None):
     """Create a schedule from a definition (model field names); raise InvalidSchedule if bad."""
     from workqueue.models import Schedule
 
@@ -359,7 +359,7 @@ def add(fields: dict, *, using: str = DEFAULT_DB_ALIAS, source: str = "admin"):
     with transaction.atomic(using=using):
         if Schedule.objects.using(using).filter(name=clean["name"]).exists():
             raise InvalidSchedule(f"schedule {clean['name']!r}: a schedule with this name already exists")
-        now = _db_now(using)
+        now = now or _db_now(using)
         schedule = Schedule.objects.using(using).create(
             **{k: clean[k] for k in ("name", *DEFINITION_FIELDS)},
             enabled=enabled,
