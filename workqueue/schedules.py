@@ -335,7 +335,8 @@ def first_slot(timing: Timing, now: dt.datetime, last_slot: dt.datetime | None) 
     return timing.next_after(max(now, last_slot) if last_slot else now)
 
 
-def _db_now(using: str) -> dt.datetime:
+def db_now(using: str = DEFAULT_DB_ALIAS) -> dt.datetime:
+    """The database clock (every slot is computed against it)."""
     from django.db import connections
 
     with connections[using].cursor() as cur:
@@ -343,7 +344,8 @@ def _db_now(using: str) -> dt.datetime:
         return cur.fetchone()[0]
 
 
-def _notify(using: str) -> None:
+def notify_changed(using: str = DEFAULT_DB_ALIAS) -> None:
+    """Wake every scheduler loop at commit: a schedule changed."""
     sql.run("schedule_notify", {"channel": wq_settings().notify_channel}, using=using)
 
 
@@ -359,14 +361,14 @@ def add(fields: dict, *, using: str = DEFAULT_DB_ALIAS, source: str = "admin", n
     with transaction.atomic(using=using):
         if Schedule.objects.using(using).filter(name=clean["name"]).exists():
             raise InvalidSchedule(f"schedule {clean['name']!r}: a schedule with this name already exists")
-        now = now or _db_now(using)
+        now = now or db_now(using)
         schedule = Schedule.objects.using(using).create(
             **{k: clean[k] for k in ("name", *DEFINITION_FIELDS)},
             enabled=enabled,
             source=source,
             next_slot=first_slot(timing_of(clean), now, None),
         )
-        _notify(using)
+        notify_changed(using)
     return schedule
 
 
@@ -395,14 +397,14 @@ def resume(names, *, using: str = DEFAULT_DB_ALIAS) -> int:
 
     changed = 0
     with transaction.atomic(using=using):
-        now = _db_now(using)
+        now = db_now(using)
         for schedule in Schedule.objects.using(using).select_for_update().filter(name__in=list(names), enabled=False):
             schedule.enabled = True
             schedule.next_slot = first_slot(timing_of(schedule), now, schedule.last_slot)
             schedule.save(update_fields=["enabled", "next_slot", "updated_at"])
             changed += 1
         if changed:
-            _notify(using)
+            notify_changed(using)
     return changed
 
 
@@ -448,7 +450,7 @@ def run_now(name: str, *, using: str = DEFAULT_DB_ALIAS) -> Fired:
 
     with transaction.atomic(using=using):
         schedule = get(name, using)
-        now = _db_now(using)
+        now = db_now(using)
         row = {f: getattr(schedule, f) for f in ("name", *DEFINITION_FIELDS)}
         queue, key = _fire_one(row, manual_key(name, now, schedule.key_prefix), using)
         Schedule.objects.using(using).filter(pk=schedule.pk).update(
@@ -481,7 +483,7 @@ def sync_settings(*, using: str = DEFAULT_DB_ALIAS, now: dt.datetime | None = No
     result = SyncResult()
     with transaction.atomic(using=using):
         sql.run("schedule_sync_lock", using=using)
-        now = now or _db_now(using)
+        now = now or db_now(using)
         existing = {s.name: s for s in Schedule.objects.using(using).select_for_update()}
         for name, spec in wanted.items():
             current = existing.get(name)
@@ -517,7 +519,7 @@ def sync_settings(*, using: str = DEFAULT_DB_ALIAS, now: dt.datetime | None = No
                 current.save(update_fields=["removed_at", "enabled", "updated_at"])
                 result.removed.append(name)
         if result.created or result.updated or result.removed:
-            _notify(using)
+            notify_changed(using)
     return result
 
 
