@@ -89,3 +89,15 @@ def test_a_settings_schedule_is_read_only_but_can_be_paused(admin_client, settin
     admin_client.post(reverse("admin:workqueue_schedule_changelist"), {"action": "pause", "_selected_action": [s.pk]})
     assert not Schedule.objects.get(pk=s.pk).enabled
     assert Schedule.objects.filter(pk=s.pk, next_slot__gt=dt.datetime(2000, 1, 1, tzinfo=dt.UTC)).exists()
+
+
+def test_the_dashboard_counts_the_active_schedules_feeding_each_queue(admin_client):
+    schedules.add({"name": "a", "queue": "test.noop", "every": 10})
+    schedules.add({"name": "b", "queue": "test.noop", "every": 20})
+    schedules.add({"name": "c", "queue": "test.other", "every": 20})
+    schedules.pause(["c"])
+    response = admin_client.get(reverse("admin:workqueue_dashboard"))
+    queues = {q.name: q for q in response.context["snapshot"].queues}
+    assert (queues["test.noop"].schedules, queues["test.other"].schedules) == (2, 0)
+    assert response.context["snapshot"].totals.schedules == 2
+    assert "2 schedules" in response.content.decode()

@@ -150,6 +150,29 @@ def test_a_worker_sigkilled_while_firing_loses_no_slot_and_doubles_none(start_re
     assert slots[0] == schedule.next_slot and blocked_slot in slots
 
 
+def test_a_new_schedule_wakes_an_idle_scheduler_at_once_not_at_its_backstop_poll(start_ready_worker):
+    from tests.workqueue.conftest import listening_backends
+
+    worker = start_ready_worker("sleepy", "--queue", "test.noop", "--poll", "60")
+    wait_until(listening_backends, timeout=20, message="the worker's LISTEN connection")
+    time.sleep(0.5)  # its scheduler found nothing due and now waits on NOTIFY or 60 s
+    added = time.monotonic()
+    add("woken", now=dt.datetime.now(UTC) - dt.timedelta(minutes=5), queue="test.noop", every=60)
+    wait_until(lambda: keys_of("woken"), timeout=50, message="the schedule to fire")
+    assert time.monotonic() - added < 30  # a generous bound; the backstop poll is 60 s
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()[-2000:]
+
+
+def test_one_pass_fires_every_due_schedule_in_bounded_batches_oldest_slot_first(settings):
+    settings.WORKQUEUE = {**settings.WORKQUEUE, "SCHEDULE_BATCH": 3}
+    for n in range(10):
+        add(f"many-{n}", now=T0 - dt.timedelta(minutes=10 - n), queue="test.noop", every=60)
+    fired = fire(T0 + dt.timedelta(seconds=1))
+    assert len(fired) == 10 and len({k.split(":")[0] for k in fired}) == 10
+    assert fired[0].startswith("many-0:") and fired[-1].startswith("many-9:")
+
+
 # -- missed slots, pinned clock -----------------------------------------------------------
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

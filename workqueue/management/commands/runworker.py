@@ -51,7 +51,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         # Schedules: a separate loop on its own thread and connection (workqueue.scheduler).
-        scheduler = None if opts["no_schedules"] else Scheduler().start()
+        scheduler = None if opts["no_schedules"] else Scheduler(poll=opts["poll"]).start()
         try:
             code = run_worker(
                 WorkerOptions(
