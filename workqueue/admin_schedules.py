@@ -144,14 +144,14 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         with transaction.atomic():
+            now = obj.updated_at = schedules.db_now()
             timing_changed = not change or any(f in form.changed_data for f in schedules.TIMING_FIELDS)
             if timing_changed or (obj.enabled and "enabled" in form.changed_data):
-                now = schedules.db_now("default")
                 obj.next_slot = schedules.first_slot(schedules.timing_of(obj), now, obj.last_slot)
             if not change:
                 obj.source = Schedule.Source.ADMIN
             super().save_model(request, obj, form, change)
-            schedules.notify_changed("default")
+            schedules.notify_changed()
 
     # -- columns --------------------------------------------------------------------------
 

@@ -401,6 +401,7 @@ def resume(names, *, using: str = DEFAULT_DB_ALIAS) -> int:
         for schedule in Schedule.objects.using(using).select_for_update().filter(name__in=list(names), enabled=False):
             schedule.enabled = True
             schedule.next_slot = first_slot(timing_of(schedule), now, schedule.last_slot)
+            schedule.updated_at = now
             schedule.save(update_fields=["enabled", "next_slot", "updated_at"])
             changed += 1
         if changed:
@@ -504,6 +505,7 @@ def sync_settings(*, using: str = DEFAULT_DB_ALIAS, now: dt.datetime | None = No
                 continue
             for k in changed:
                 setattr(current, k, definition[k])
+            current.updated_at = now
             if returning:
                 current.removed_at = None
                 current.source = "settings"
@@ -514,7 +516,7 @@ def sync_settings(*, using: str = DEFAULT_DB_ALIAS, now: dt.datetime | None = No
             result.updated.append(name)
         for name, current in existing.items():
             if current.source == "settings" and name not in wanted and current.removed_at is None:
-                current.removed_at = now
+                current.removed_at = current.updated_at = now
                 current.enabled = False
                 current.save(update_fields=["removed_at", "enabled", "updated_at"])
                 result.removed.append(name)
