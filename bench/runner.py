@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psycopg
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from bench import rawsql
 from workqueue.testing import database_url
@@ -43,7 +43,8 @@ class Options:
     wire_clients: int = 4
     starters: int = 4  # threads starting operations / enqueuing tasks (as concurrent requests)
     rss_items: int = 200_000
-    sections: tuple[str, ...] = ("enqueue", "drain", "latency", "operations", "tasks", "wire", "rss")
+    schedules: int = 1_000
+    sections: tuple[str, ...] = ("enqueue", "drain", "latency", "operations", "tasks", "wire", "schedules", "rss")
     log: object = print
 
     @classmethod
@@ -60,6 +61,7 @@ class Options:
             tasks=100,
             wire_items=40,
             rss_items=2_000,
+            schedules=50,
             **kw,
         )
 
@@ -249,7 +251,12 @@ def _wait_drained(queue: str, timeout: float) -> None:
 
 def _reset() -> None:
     from operations.models import Operation
+    from workqueue.models import Schedule
 
+    # The demo's own schedules stay paused (a worker's sync keeps a pause), so they never
+    # enqueue into a queue being measured; the schedules section makes its own.
+    Schedule.objects.exclude(source="settings").delete()
+    Schedule.objects.update(enabled=False)
     with connection.cursor() as cur:
         cur.execute(f'TRUNCATE work_items, "{Operation._meta.db_table}"')
         cur.execute("VACUUM ANALYZE work_items")
@@ -543,6 +550,58 @@ def bench_wire(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
     )
 
 
+def bench_schedules(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    """``opts.schedules`` interval schedules all due at once; 2 workers' scheduler loops fire them."""
+    import datetime as dt
+
+    from workqueue import schedules
+    from workqueue.models import Schedule
+
+    rates, took = [], []
+    for _ in range(opts.runs):
+        _reset()
+        workers = Workers(db.url, 2, ["--queue", "demo.noop", "--concurrency", str(opts.concurrency)])
+        try:
+            workers.wait_ready()
+            now = schedules.db_now()
+            hour = 3600
+            due = schedules.Timing(every=hour).newest(now, 1, now - dt.timedelta(hours=1))[0]
+            with transaction.atomic():
+                Schedule.objects.bulk_create(
+                    Schedule(
+                        name=f"bench-{n}",
+                        queue="demo.noop",
+                        every=hour,
+                        timezone="UTC",
+                        next_slot=due,
+                        source="admin",
+                    )
+                    for n in range(opts.schedules)
+                )
+                started = time.perf_counter()
+                schedules.notify_changed()  # at commit: every scheduler loop wakes
+            deadline = time.monotonic() + max(60, opts.schedules / 20)
+            while Schedule.objects.filter(name__startswith="bench-", last_slot__isnull=True).exists():
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the schedules were not all fired:\n" + workers.output())
+                time.sleep(0.01)
+            elapsed = time.perf_counter() - started
+            took.append(elapsed)
+            rates.append(opts.schedules / elapsed)
+            fired = Schedule.objects.filter(name__startswith="bench-").exclude(fired=1).count()
+            if fired:
+                raise RuntimeError(f"{fired} schedules did not fire exactly once")
+        finally:
+            workers.stop()
+    report.add(
+        f"schedules: {opts.schedules:,} due at once, 2 workers, fire all",
+        statistics.median(took),
+        "s",
+        note="notify at commit → every slot enqueued and recorded",
+    )
+    report.add("schedules: slots fired", statistics.median(rates), "slots/s")
+
+
 def bench_rss(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
     from workqueue.models import WorkItem
 
@@ -577,6 +636,7 @@ SECTIONS = {
     "operations": bench_operations,
     "tasks": bench_tasks,
     "wire": bench_wire,
+    "schedules": bench_schedules,
     "rss": bench_rss,
 }
 

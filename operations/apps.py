@@ -33,6 +33,10 @@ class OperationsConfig(AppConfig):
             from operations.registry import registry
 
             registry.add_resolver(task_backend.KIND_PREFIX, task_backend.resolve)
+        from operations import schedules
+
+        hooks.register_schedule_target("operation", schedules.fire_operation, schedules.check_operation)
+        hooks.register_schedule_target("task", schedules.fire_task, schedules.check_task)
         hooks.on_settled(sweeps.on_settled)
         hooks.register_sweep("recover", "operations", sweeps.recover_sweep)
         hooks.register_sweep("reap", "operations", sweeps.reap_sweep)

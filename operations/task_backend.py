@@ -215,6 +215,10 @@ class OperationsBackend(BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs):
         """Store the task as an operation plus its work item (joining the caller's transaction)."""
+        return self.enqueue_as(task, args, kwargs, id=None)
+
+    def enqueue_as(self, task, args, kwargs, *, id: str | None):
+        """``enqueue`` under a chosen operation id: a repeat returns the same run (schedules use it)."""
         import operations
 
         self.validate_task(task)
@@ -256,6 +260,7 @@ class OperationsBackend(BaseTaskBackend):
                 run_after=task.run_after,
                 queue=self.queue_for(task.queue_name),
                 max_attempts=policy["max_attempts"],
+                id=id,
             )
         except operations.InvalidRequest as exc:
             raise InvalidTask(str(exc)) from None

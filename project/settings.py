@@ -134,6 +134,17 @@ WORKQUEUE = {
         # Served to self-hosted workers over the HTTP pull API (docs: README, "Self-hosted workers").
         "tool_exec": {"over_wire": True, "lease": 60},
     },
+    # Periodic work (README, "Periodic work"): every runworker fires these, each slot once.
+    # Watch them at /admin/workqueue/schedule/.
+    "SCHEDULES": {
+        "demo-heartbeat": {"every": 10, "queue": "demo.noop", "metadata": {"from": "schedule"}},
+        "demo-minutely-export": {
+            "cron": "* * * * *",
+            "operation": "demo.export",
+            "request": {"units": 3, "records_per_unit": 500, "seconds_per_unit": 1.0},
+        },
+        "demo-add-task": {"cron": "*/2 * * * *", "task": "project.demo.tasks.add", "args": [2, 3]},
+    },
 }
 
 # Long-running operations: every setting has a documented default (operations/conf.py).

@@ -79,6 +79,7 @@ def main() -> int:
         f"               (a new password is printed each time `make run` starts)\n"
         f"  Dashboard:   {base}/admin/workqueue/workitem/dashboard/\n"
         f"  Operations:  {base}/admin/operations/operation/   (click one to watch it live)\n"
+        f"  Schedules:   {base}/admin/workqueue/schedule/   (every 10 s, every minute, every 2 minutes)\n"
         f"  API:         {base}/api/operations   (log in to the admin first)\n"
         f"  Wire API:    {base}/v1/environments/{setup['environment_id']}/work/poll\n"
         f"               environment key: {setup['environment_key']}\n\n"

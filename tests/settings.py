@@ -45,6 +45,8 @@ WORKQUEUE = {
     },
     "POLL_INTERVAL": 1.0,
     "WORKER_HEARTBEAT": 1.0,
+    # The demo's schedules stay out of the tests; tests/workqueue/test_schedules.py makes its own.
+    "SCHEDULES": {},
     "SHUTDOWN_GRACE": 5.0,
 }
 

@@ -670,3 +670,6 @@ class MaintenanceRunAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description="counts")
     def counts_display(self, obj):
         return " ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in (obj.counts or {}).items())
+
+
+from workqueue import admin_schedules  # noqa: E402, F401  (the Schedules admin; it uses the helpers above)

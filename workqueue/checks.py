@@ -59,3 +59,26 @@ def check_maintenance(app_configs=None, databases=None, **kwargs):
             )
         ]
     return []
+
+
+@checks.register("workqueue")
+def check_schedules(app_configs=None, **kwargs):
+    """Name each bad schedule of WORKQUEUE["SCHEDULES"] (cron, time zone, queue, kind, task)."""
+    from workqueue import schedules
+    from workqueue.conf import wq_settings
+    from workqueue.exceptions import InvalidSchedule
+
+    try:
+        entries = wq_settings().schedules
+    except WorkqueueSettingsError:
+        return []  # workqueue.E001 names it
+    errors = []
+    for name, raw in entries.items():
+        try:
+            schedules.from_settings_entry(name, raw)
+        except InvalidSchedule as exc:
+            hint = "Fix or remove this entry of WORKQUEUE['SCHEDULES'] (see the README's Periodic work)."
+            if schedules.CRON_EXTRA in str(exc):
+                hint = f"Install the cron extra: {schedules.CRON_EXTRA}, or use an interval (every)."
+            errors.append(checks.Error(str(exc), hint=hint, id="workqueue.E002"))
+    return errors

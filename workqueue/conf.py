@@ -100,6 +100,10 @@ DEFAULTS: dict[str, object] = {
     "METRICS_TOKEN": None,  # /metrics answers only 'Authorization: Bearer <token>' when set (None: public)
     "METRICS_CACHE": 5.0,  # seconds a scrape's figures are reused by later scrapes (0: read every time)
     "MAX_POLLERS": 1000,  # wire: distinct worker ids one environment may have polling at once (429 past it)
+    "SCHEDULES": {},  # name -> schedule dict (see workqueue.schedules), synced to work_schedules
+    "SCHEDULE_BATCH": 100,  # due schedules one firing transaction takes
+    "SCHEDULE_CATCHUP": 100,  # missed slots the `all` policy fires at most, per schedule and pass
+    "SCHEDULE_GRACE": 10.0,  # a slot fired later than this counts as missed (`skip` drops it)
 }
 
 _DURATIONS = {
@@ -115,8 +119,18 @@ _DURATIONS = {
     "POLLING_WINDOW",
     "STUCK_AFTER",
     "MAINTENANCE_WARN_AFTER",
+    "SCHEDULE_GRACE",
 }
-_COUNTS = {"BATCH", "CONCURRENCY", "RECOVER_BATCH", "REAP_BATCH", "FINALIZE_BATCH", "MAX_POLLERS"}
+_COUNTS = {
+    "BATCH",
+    "CONCURRENCY",
+    "RECOVER_BATCH",
+    "REAP_BATCH",
+    "FINALIZE_BATCH",
+    "SCHEDULE_BATCH",
+    "SCHEDULE_CATCHUP",
+    "MAX_POLLERS",
+}
 
 
 def seconds(
@@ -244,6 +258,16 @@ class WorkqueueSettings:
             raise WorkqueueSettingsError(
                 "WORKQUEUE['HEARTBEAT_TTL_MIN'] must not exceed WORKQUEUE['HEARTBEAT_TTL_MAX']."
             )
+
+        schedules = merged["SCHEDULES"]
+        if not isinstance(schedules, dict) or not all(isinstance(v, dict) for v in schedules.values()):
+            raise WorkqueueSettingsError(
+                "WORKQUEUE['SCHEDULES'] must be a dict of schedule name -> schedule dict "
+                '(e.g. {"nightly": {"cron": "30 2 * * *", "queue": "reports"}}).'
+            )
+        # Each schedule is checked by workqueue.schedules (manage.py check: workqueue.E002), so
+        # one bad schedule is named on its own instead of breaking every reader of the settings.
+        self.schedules: dict[str, dict] = schedules
 
         self.queue_defaults = _queue("", merged["QUEUE_DEFAULTS"], QueueSettings(), "WORKQUEUE['QUEUE_DEFAULTS']")
         queues = merged["QUEUES"]

@@ -50,6 +50,8 @@ class QueueStats:
     workers_stale: int = 0
     configured: bool = False
     has_handler: bool = False
+    #: Active schedules that enqueue into this queue.
+    schedules: int = 0
 
     @property
     def cap_full(self) -> bool:
@@ -161,6 +163,10 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
         else:
             row(queue).update(workers_alive=alive, workers_stale=stale)
 
+    for queue, count in _run("queue_schedules", {}, using):
+        if queue is not None:
+            row(queue)["schedules"] = count
+
     queues = [
         QueueStats(**{**values, "max_running": conf.queue(name).max_running}) for name, values in sorted(rows.items())
     ]
@@ -178,6 +184,7 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
                 "live_held",
                 "completed_hour",
                 "failed_hour",
+                "schedules",
             )
         },
         buckets=tuple(

@@ -48,6 +48,18 @@ class InvalidMetadata(InvalidInput):
         self.problems = problems
 
 
+class InvalidSchedule(InvalidInput):
+    """A schedule definition is wrong; the message names the schedule and the fix. Nothing was written."""
+
+
+class ScheduleNotFound(WorkqueueError):
+    """No schedule has this name; `manage.py schedules list` shows them."""
+
+    def __init__(self, name: str):
+        super().__init__(f"no schedule named {name!r}; `manage.py schedules list` shows them")
+        self.name = name
+
+
 class HandlerError(WorkqueueError):
     """A handler registration is wrong (a queue registered twice, or not callable)."""
 

@@ -11,6 +11,11 @@
   ``manage.py recover`` (``kind="recover"``) or ``manage.py reap`` (``kind="reap"``) under
   the same advisory lock, and its counts are merged into the summary line as
   ``<name>_<count>``.
+- ``register_schedule_target(target, fire, check)``: how a schedule of ``target``
+  (``"operation"``, ``"task"``) runs. ``fire(schedule, key, *, using) -> (queue, key)`` starts
+  the run inside the firing transaction, idempotently per ``key``; ``check(schedule) ->
+  list[str]`` names what is wrong with a definition (an unknown kind, a missing task).
+  ``operations`` registers both; ``workqueue`` runs work-item schedules itself.
 """
 
 from __future__ import annotations
@@ -20,7 +25,11 @@ from collections.abc import Callable
 SettledHook = Callable[[list, str], None]
 Sweep = Callable[..., dict[str, int]]
 
+ScheduleFire = Callable[..., tuple[str, str]]
+ScheduleCheck = Callable[..., list[str]]
+
 _settled: list[SettledHook] = []
+_schedule_targets: dict[str, tuple[ScheduleFire, ScheduleCheck]] = {}
 _sweeps: dict[str, dict[str, Sweep]] = {"recover": {}, "reap": {}}
 
 
@@ -47,3 +56,12 @@ def register_sweep(kind: str, name: str, fn: Sweep) -> None:
 
 def sweeps(kind: str) -> dict[str, Sweep]:
     return dict(_sweeps[kind])
+
+
+def register_schedule_target(target: str, fire: ScheduleFire, check: ScheduleCheck) -> None:
+    """Let schedules of ``target`` run through ``fire`` and be validated by ``check``."""
+    _schedule_targets[target] = (fire, check)
+
+
+def schedule_target(target: str) -> tuple[ScheduleFire, ScheduleCheck] | None:
+    return _schedule_targets.get(target)

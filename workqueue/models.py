@@ -280,3 +280,108 @@ class MaintenanceRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ScheduleQuerySet(models.QuerySet):
+    """Named scopes of schedules; the admin, the dashboard and the command read through these."""
+
+    def active(self):
+        """Enabled and still defined: these fire."""
+        return self.filter(enabled=True, removed_at__isnull=True)
+
+    def paused(self):
+        return self.filter(enabled=False, removed_at__isnull=True)
+
+    def removed(self):
+        """Settings schedules no longer in ``WORKQUEUE["SCHEDULES"]`` (kept for their history)."""
+        return self.filter(removed_at__isnull=False)
+
+    def due(self):
+        return self.active().filter(next_slot__lte=Now())
+
+    def from_settings(self):
+        return self.filter(source="settings")
+
+
+class Schedule(models.Model):
+    """Periodic work: what to run, when, and the durable record that makes each slot fire once.
+
+    ``last_slot`` is the exactly-once record: it is advanced in the same transaction as the
+    enqueue of the slot's work, and a slot at or before it never fires again. ``next_slot`` is
+    the first slot not yet fired (what the scheduler waits for). Both are UTC. The logic lives
+    in ``workqueue.schedules``.
+    """
+
+    class Target(models.TextChoices):
+        ITEM = "item", "work item"
+        OPERATION = "operation"
+        TASK = "task", "django.tasks task"
+
+    class Misfire(models.TextChoices):
+        LATEST = "latest", "latest: run the newest missed slot once"
+        ALL = "all", "all: run every missed slot (bounded)"
+        SKIP = "skip", "skip: run no missed slot"
+
+    class Source(models.TextChoices):
+        SETTINGS = "settings"
+        ADMIN = "admin", "admin or command"
+
+    name = models.CharField(max_length=200, unique=True)
+    target = models.CharField(max_length=16, choices=Target.choices, default=Target.ITEM)
+    queue = models.CharField(max_length=128, blank=True, default="", help_text="Work item: the queue.")
+    key_prefix = models.CharField(
+        max_length=200, blank=True, default="", help_text="Work item: prepended to the key {name}:{slot}."
+    )
+    metadata = models.JSONField(default=dict, blank=True, help_text="Work item: string metadata.")
+    priority = models.IntegerField(default=0)
+    kind = models.CharField(max_length=200, blank=True, default="", help_text="Operation: its kind.")
+    request = models.JSONField(null=True, blank=True, help_text="Operation: its request (JSON).")
+    task = models.CharField(max_length=300, blank=True, default="", help_text="Task: its dotted path.")
+    args = models.JSONField(default=list, blank=True, help_text="Task: its positional arguments (a JSON list).")
+    cron = models.CharField(max_length=200, blank=True, default="", help_text="Five-field cron expression.")
+    every = models.FloatField(null=True, blank=True, help_text="Interval in seconds (instead of cron).")
+    timezone = models.CharField(max_length=64, help_text="IANA time zone the cron expression is read in.")
+    misfire = models.CharField(max_length=8, choices=Misfire.choices, default=Misfire.LATEST)
+    enabled = models.BooleanField(default=True)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.ADMIN)
+    removed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the schedule left WORKQUEUE['SCHEDULES'] (it no longer fires)."
+    )
+    last_slot = models.DateTimeField(null=True, blank=True)
+    next_slot = models.DateTimeField(null=True, blank=True)
+    last_fired_at = models.DateTimeField(null=True, blank=True)
+    last_queue = models.CharField(max_length=128, blank=True, default="", help_text="Queue of the last run's work.")
+    last_key = models.CharField(max_length=512, blank=True, default="", help_text="Key of the last run's work.")
+    last_error = models.TextField(blank=True, default="")
+    fired = models.BigIntegerField(default=0, help_text="Runs this schedule has enqueued (slots and run-now).")
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    updated_at = models.DateTimeField(db_default=Now())
+
+    objects = ScheduleQuerySet.as_manager()
+
+    class Meta:
+        db_table = "work_schedules"
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(cron="") & Q(every__gt=0)) | (~Q(cron="") & Q(every__isnull=True)),
+                name="work_schedules_cron_xor_every",
+            ),
+            models.CheckConstraint(
+                condition=Q(target__in=["item", "operation", "task"]), name="work_schedules_target_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(misfire__in=["latest", "all", "skip"]), name="work_schedules_misfire_valid"
+            ),
+        ]
+        indexes = [
+            # The firing pass: enabled schedules by next slot (few rows; the order is the pass's).
+            models.Index(
+                fields=["next_slot", "id"],
+                condition=Q(enabled=True, removed_at__isnull=True),
+                name="work_schedules_due_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -14,6 +14,8 @@ SECTIONS = (
     "operations: start → run no-op → succeeded",
     "@task: enqueue → run → SUCCESSFUL",
     "wire: poll → ack → heartbeat → stop",
+    "schedules: 50 due at once, 2 workers, fire all",
+    "schedules: slots fired",
     "worker RSS after draining",
 )
 

@@ -118,3 +118,12 @@ ORDER BY n.ord;
 -- the change list shows it instead of running COUNT(*) over millions of rows. -1 = never
 -- analyzed.
 SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(table)s::text);
+
+
+-- name: queue_schedules
+-- Active schedules feeding each queue: a work-item schedule's own queue, or (operations and
+-- tasks, whose queue the operations app picks) the queue its last run went to.
+SELECT coalesce(nullif(queue, ''), nullif(last_queue, '')) AS q, count(*)
+FROM work_schedules
+WHERE enabled AND removed_at IS NULL
+GROUP BY 1;

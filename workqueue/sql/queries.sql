@@ -392,3 +392,58 @@ DELETE FROM work_workers WHERE last_seen < coalesce(%(now)s, now()) - make_inter
 -- One sweep of a kind at a time across hosts: a transaction-scoped advisory lock, not waited
 -- for (released at commit, so it works behind a transaction-mode pooler too).
 SELECT pg_try_advisory_xact_lock(hashtextextended(%(name)s, 0));
+
+
+-- name: schedule_take_due
+-- The firing pass: take a bounded batch of due schedules, oldest slot first, locking each
+-- row for the rest of the transaction. SKIP LOCKED: a schedule another worker (or a
+-- `schedules tick`) is firing right now is left to it; the row lock plus the last_slot
+-- advanced in the same transaction is what makes a slot fire once. "now" is passed in so
+-- tests pin the clock; the statement returns the "now" it used.
+SELECT s.id, s.name, s.target, s.queue, s.key_prefix, s.metadata, s.priority, s.kind, s.request, s.task,
+       s.args, s.cron, s.every, s.timezone, s.misfire, s.last_slot, s.next_slot,
+       coalesce(%(now)s::timestamptz, now()) AS now
+FROM work_schedules s
+WHERE s.enabled AND s.removed_at IS NULL
+  AND s.next_slot <= coalesce(%(now)s::timestamptz, now())
+ORDER BY s.next_slot, s.id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+
+-- name: schedule_advance_many
+-- Record what a pass fired, for the rows it holds locked: last_slot only ever moves forward
+-- (greatest), so a slot at or before it can never fire again, whatever happens to the items.
+UPDATE work_schedules s
+SET last_slot = CASE WHEN u.last_slot IS NULL THEN s.last_slot
+                     ELSE greatest(s.last_slot, u.last_slot) END,
+    next_slot = u.next_slot,
+    last_fired_at = CASE WHEN u.fired > 0 THEN coalesce(%(now)s::timestamptz, now()) ELSE s.last_fired_at END,
+    last_queue = CASE WHEN u.fired > 0 THEN u.last_queue ELSE s.last_queue END,
+    last_key = CASE WHEN u.fired > 0 THEN u.last_key ELSE s.last_key END,
+    last_error = u.last_error,
+    fired = s.fired + u.fired,
+    updated_at = now()
+FROM unnest(%(ids)s::bigint[], %(last_slots)s::timestamptz[], %(next_slots)s::timestamptz[],
+            %(last_queues)s::text[], %(last_keys)s::text[], %(errors)s::text[], %(fired)s::int[])
+     AS u(id, last_slot, next_slot, last_queue, last_key, last_error, fired)
+WHERE s.id = u.id;
+
+
+-- name: schedule_next_due
+-- Seconds until the earliest active schedule is due (negative: overdue; NULL: none), so the
+-- scheduler loop sleeps exactly that long.
+SELECT extract(epoch FROM min(next_slot) - coalesce(%(now)s::timestamptz, now()))::float8
+FROM work_schedules
+WHERE enabled AND removed_at IS NULL;
+
+
+-- name: schedule_notify
+-- Wake every scheduler loop at commit (a schedule was added, changed, resumed). The payload
+-- starts with '#', which no queue name can, so claim loops ignore it.
+SELECT pg_notify(%(channel)s, '#schedules');
+
+
+-- name: schedule_sync_lock
+-- One settings sync at a time (workers starting together, migrate): transaction-scoped.
+SELECT pg_advisory_xact_lock(hashtextextended('workqueue.schedules.sync', 0));

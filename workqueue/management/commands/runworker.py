@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from workqueue.scheduler import Scheduler
 from workqueue.worker import WorkerOptions, run_worker
 
 
@@ -42,7 +43,15 @@ class Command(BaseCommand):
             help="Also run recover and reap every SECONDS (for sites without cron).",
         )
 
+        parser.add_argument(
+            "--no-schedules",
+            action="store_true",
+            help="Do not run the scheduler loop (schedules are fired by the other workers or `schedules tick`).",
+        )
+
     def handle(self, *args, **opts):
+        # Schedules: a separate loop on its own thread and connection (workqueue.scheduler).
+        scheduler = None if opts["no_schedules"] else Scheduler(poll=opts["poll"]).start()
         try:
             code = run_worker(
                 WorkerOptions(
@@ -59,5 +68,8 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc), returncode=2)
+        finally:
+            if scheduler is not None:
+                scheduler.stop()
         if code:
             raise SystemExit(code)
