@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 
 import pytest
 from django.db.models import F
@@ -16,7 +14,6 @@ from django.utils import timezone
 import operations
 from operations import service
 from operations.models import Operation
-from tests.conftest import ROOT
 from tests.operations.conftest import items_for, op_row, run_next
 from tests.workqueue.conftest import run_threads
 from workqueue.maintenance import run_sweep
@@ -115,20 +112,10 @@ def test_the_recover_sweep_concurrently_re_offers_exactly_once_and_says_so():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_manage_py_recover_run_concurrently_re_offers_exactly_once(subprocess_env):
+def test_manage_py_recover_run_concurrently_re_offers_exactly_once(spawn_command):
     op = stranded()
     settled = stranded(state="succeeded", finished_at=LONG_AGO)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "recover", "--json"],
-            cwd=ROOT,
-            env=subprocess_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    procs = [spawn_command("recover", "--json") for _ in range(2)]
     summaries = []
     for proc in procs:
         out, err = proc.communicate(timeout=60)

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from workqueue.management.commands._console import console_logging
 from workqueue.worker import WorkerOptions, run_worker
 
 
@@ -44,19 +45,20 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         try:
-            code = run_worker(
-                WorkerOptions(
-                    queues=opts["queues"] or [],
-                    concurrency=opts["concurrency"],
-                    batch=opts["batch"],
-                    poll=opts["poll"],
-                    max_items=opts["max_items"],
-                    max_seconds=opts["max_seconds"],
-                    worker_id=opts["worker_id"],
-                    grace=opts["grace"],
-                    maintenance=opts["maintenance"],
+            with console_logging(self, opts["verbosity"]):
+                code = run_worker(
+                    WorkerOptions(
+                        queues=opts["queues"] or [],
+                        concurrency=opts["concurrency"],
+                        batch=opts["batch"],
+                        poll=opts["poll"],
+                        max_items=opts["max_items"],
+                        max_seconds=opts["max_seconds"],
+                        worker_id=opts["worker_id"],
+                        grace=opts["grace"],
+                        maintenance=opts["maintenance"],
+                    )
                 )
-            )
         except ValueError as exc:
             raise CommandError(str(exc), returncode=2)
         if code:
