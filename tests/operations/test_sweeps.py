@@ -22,14 +22,18 @@ from workqueue.models import WorkItem
 pytestmark = pytest.mark.django_db
 
 LATER = "2999-01-01T00:00:00Z"  # a pinned "now" far past every grace period
-LONG_AGO = timezone.now() - dt.timedelta(days=1)
+
+
+def long_ago() -> dt.datetime:
+    """A day before now: past every test's RECOVER_AFTER, inside every retention."""
+    return timezone.now() - dt.timedelta(days=1)
 
 
 def stranded(kind: str = "test.ops.count", **fields) -> Operation:
     """An operation whose work item was lost (as if the process died between the two writes)."""
     op = operations.start(kind, {})
     WorkItem.objects.filter(key=op.id).delete()
-    Operation.objects.filter(pk=op.id).update(updated_at=LONG_AGO, **fields)
+    Operation.objects.filter(pk=op.id).update(updated_at=long_ago(), **fields)
     return op_row(op.id)
 
 
@@ -55,14 +59,14 @@ def test_recover_waits_out_the_grace_before_calling_an_operation_stranded():
 
 def test_recover_leaves_pending_operations_with_a_live_item_alone():
     op = operations.start("test.ops.count", {}, delay=3600)  # e.g. waiting for a retry
-    Operation.objects.filter(pk=op.id).update(updated_at=LONG_AGO)
+    Operation.objects.filter(pk=op.id).update(updated_at=long_ago())
     assert service.recover(now=LATER) == {"reoffered": 0}
     assert items_for(op.id).count() == 1
 
 
 @pytest.mark.parametrize("state", ["succeeded", "failed", "cancelled"])
 def test_recover_never_revives_a_settled_operation(state):
-    op = stranded(state=state, finished_at=LONG_AGO)
+    op = stranded(state=state, finished_at=long_ago())
     assert service.recover(now=LATER) == {"reoffered": 0}
     assert not items_for(op.id).exists()
     assert op_row(op.id).state == state
@@ -71,7 +75,7 @@ def test_recover_never_revives_a_settled_operation(state):
 def test_recover_carries_the_attempt_count_and_priority_onto_the_new_item():
     op = operations.start("test.ops.fail", {}, priority=7)
     WorkItem.objects.filter(key=op.id).delete()
-    Operation.objects.filter(pk=op.id).update(updated_at=LONG_AGO, attempts=2)
+    Operation.objects.filter(pk=op.id).update(updated_at=long_ago(), attempts=2)
     assert service.recover() == {"reoffered": 1}
     item = live_items(op.id).get()
     assert (item.attempts, item.max_attempts, item.priority) == (2, 3, 7)
@@ -79,7 +83,7 @@ def test_recover_carries_the_attempt_count_and_priority_onto_the_new_item():
 
 @pytest.mark.django_db(transaction=True)
 def test_recover_re_offers_a_running_operation_whose_lease_lapsed_with_no_item_and_it_runs_again():
-    op = stranded("test.ops.count", state="running", attempts=1, claimed_until=LONG_AGO, started_at=LONG_AGO)
+    op = stranded("test.ops.count", state="running", attempts=1, claimed_until=long_ago(), started_at=long_ago())
     assert service.recover() == {"reoffered": 1}
     run_next()
     done = op_row(op.id)
@@ -114,7 +118,7 @@ def test_the_recover_sweep_concurrently_re_offers_exactly_once_and_says_so():
 @pytest.mark.django_db(transaction=True)
 def test_manage_py_recover_run_concurrently_re_offers_exactly_once(spawn_command):
     op = stranded()
-    settled = stranded(state="succeeded", finished_at=LONG_AGO)
+    settled = stranded(state="succeeded", finished_at=long_ago())
     procs = [spawn_command("recover", "--json") for _ in range(2)]
     summaries = []
     for proc in procs:
