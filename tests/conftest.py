@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,25 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, message
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+@contextmanager
+def statements_run():
+    """Collect the SQL text of every statement run on the connection, as handed to execute().
+
+    Not CaptureQueriesContext: Django 5.2 records no SQL text for statements run on a
+    server-side-binding cursor (workqueue.sql), so a check over it would pass vacuously there.
+    """
+    texts: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        texts.append(str(sql))
+        return execute(sql, params, many, context)
+
+    from django.db import connection
+
+    with connection.execute_wrapper(record):
+        yield texts
 
 
 class WorkerProcess:
@@ -168,7 +188,7 @@ def start_ready_worker(start_worker):
         proc = start_worker("--worker-id", worker_id, *args, **kwargs)
         wait_until(
             lambda: Worker.objects.filter(pk=worker_id).exists() or not proc.alive(),
-            timeout=30,
+            timeout=90,
             message=f"worker {worker_id} to start",
         )
         assert proc.alive(), proc.output()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from contextlib import contextmanager
 
 import pytest
 from django.db import connection
@@ -12,6 +11,7 @@ from django.db.models.functions import Now
 from django.urls import reverse
 
 from tests.admin.conftest import make_item
+from tests.conftest import statements_run
 from workqueue import admin as wq_admin
 from workqueue.admin import OUTCOME_TONES, STATE_TONES, SituationFilter, state_badge
 from workqueue.models import Outcome, State, WorkItem
@@ -158,23 +158,6 @@ def test_a_selection_too_large_is_refused_and_changes_nothing(admin_client, monk
     messages = post_action(admin_client, "force_stop", items)
     assert "narrow the filters" in messages[0]
     assert WorkItem.objects.stopped().count() == 0
-
-
-@contextmanager
-def statements_run():
-    """Collect the SQL text of every statement run on the connection, as handed to execute().
-
-    Not CaptureQueriesContext: Django 5.2 records no SQL text for statements run on a
-    server-side-binding cursor (workqueue.sql), so a check over it would pass vacuously there.
-    """
-    texts: list[str] = []
-
-    def record(execute, sql, params, many, context):
-        texts.append(str(sql))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
-        yield texts
 
 
 def counts_over_work_items(texts: list[str]) -> list[str]:

@@ -9,9 +9,8 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
+from tests.conftest import statements_run
 from workqueue import keys
 from workqueue.models import Environment, WorkItem
 
@@ -23,7 +22,7 @@ def run_all(spawn_command, *commands: list[str], env: dict | None = None) -> lis
     procs = [spawn_command(*args, env=env) for args in commands]
     results = []
     for args, proc in zip(commands, procs, strict=True):
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=180)
         results.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
     return results
 
@@ -96,10 +95,10 @@ def test_enqueue_prints_the_work_id_and_takes_every_option(run_command):
 
 def test_enqueue_count_makes_n_items_in_one_statement():
     out = StringIO()
-    with CaptureQueriesContext(connection) as queries:
+    with statements_run() as texts:
         call_command("enqueue", "test.noop", "batch", "--count", "25", "--json", stdout=out)
     assert json.loads(out.getvalue()) == {"enqueued": 25, "created": 25}
-    inserts = [q["sql"] for q in queries.captured_queries if "INSERT INTO work_items" in q["sql"]]
+    inserts = [sql for sql in texts if "INSERT INTO work_items" in sql]
     assert len(inserts) == 1
     assert sorted(WorkItem.objects.values_list("key", flat=True)) == sorted(f"batch-{n}" for n in range(1, 26))
 
