@@ -6,8 +6,9 @@ DEVDB   := $(PY) scripts/devdb.py run --
 PORT    ?= 8000
 PYTEST_ARGS ?=
 # A whole-suite `make test` measures branch coverage of workqueue/ and operations/ (worker
-# subprocesses included) and fails under the floor; a subset run (PYTEST_ARGS=...) does not.
-COV_FLOOR ?= 90
+# subprocesses included) and fails under the floor (measured 92.2% when it was set); a subset
+# run (PYTEST_ARGS=...) does not.
+COV_FLOOR ?= 91
 COV_ARGS ?= $(if $(PYTEST_ARGS),,--cov --cov-report=term-missing:skip-covered --cov-fail-under=$(COV_FLOOR))
 
 VENV52  ?= .venv-django52
