@@ -5,6 +5,11 @@ STAMP   := $(VENV)/.installed
 DEVDB   := $(PY) scripts/devdb.py run --
 PORT    ?= 8000
 PYTEST_ARGS ?=
+# A whole-suite `make test` measures branch coverage of workqueue/ and operations/ (worker
+# subprocesses included) and fails under the floor (measured 92.2% when it was set); a subset
+# run (PYTEST_ARGS=...) does not.
+COV_FLOOR ?= 91
+COV_ARGS ?= $(if $(PYTEST_ARGS),,--cov --cov-report=term-missing:skip-covered --cov-fail-under=$(COV_FLOOR))
 
 VENV52  ?= .venv-django52
 STAMP52 := $(VENV52)/.installed
@@ -33,11 +38,11 @@ run: $(STAMP)
 
 ## test: the whole suite against a real PostgreSQL.
 test: $(STAMP)
-	$(DEVDB) $(PY) -m pytest $(PYTEST_ARGS)
+	$(DEVDB) $(PY) -m pytest $(COV_ARGS) $(PYTEST_ARGS)
 
-## test-django52: the django.tasks backend, the admin and a worker smoke test on Django 5.2 LTS + the django-tasks backport.
+## test-django52: the whole suite on Django 5.2 LTS + the django-tasks backport.
 test-django52: $(STAMP52)
-	$(VENV52)/bin/python scripts/devdb.py run -- $(VENV52)/bin/python -m pytest tests/tasks tests/admin tests/admin_ops tests/workqueue/test_smoke.py $(PYTEST_ARGS)
+	$(VENV52)/bin/python scripts/devdb.py run -- $(VENV52)/bin/python -m pytest $(PYTEST_ARGS)
 
 ## test-embed: build the wheel and sdist, install the wheel into a fresh `startproject` site
 ## (Django 6 and 5.2) with the README's steps, and check every admin page and command there.

@@ -11,7 +11,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,25 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, message
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+@contextmanager
+def statements_run():
+    """Collect the SQL text of every statement run on the connection, as handed to execute().
+
+    Not CaptureQueriesContext: Django 5.2 records no SQL text for statements run on a
+    server-side-binding cursor (workqueue.sql), so a check over it would pass vacuously there.
+    """
+    texts: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        texts.append(str(sql))
+        return execute(sql, params, many, context)
+
+    from django.db import connection
+
+    with connection.execute_wrapper(record):
+        yield texts
 
 
 class WorkerProcess:
@@ -87,14 +108,58 @@ def db_url(transactional_db) -> str:
     return database_url()
 
 
+def _stray_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    from django.test.testcases import LiveServerThread
+
+    return [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.is_alive() and not isinstance(t, LiveServerThread)  # session-wide by design
+    ]
+
+
+@pytest.fixture(autouse=True)
+def no_thread_outlives_its_test():
+    """Fail a test that leaves a thread running (a keeper, a watcher, a listener, its own helper).
+
+    The process-wide listener and watcher are closed first: a test that started them is done
+    with them, and the next one that needs them starts them again.
+    """
+    before = set(threading.enumerate())
+    yield
+    from operations import watcher
+    from workqueue import listener
+
+    if watcher._shared is not None and not watcher._shared._closed:
+        watcher._shared.close()
+    if listener._shared is not None and listener._shared._thread not in before:
+        listener._shared.stop()
+    deadline = time.monotonic() + 10
+    while _stray_threads(before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stray = _stray_threads(before)
+    if stray:
+        pytest.fail(f"threads outlived the test: {', '.join(t.name for t in stray)}")
+
+
+# What every process the tests start runs with: production-like settings (see tests/settings.py).
+PRODUCTION_LIKE = {
+    "DEBUG": "false",
+    "CONN_MAX_AGE": "0",
+    "SECRET_KEY": "tests-subprocess-secret-key-not-a-real-one-0123456789abcdef",
+    "TESTS_SITE_LOGGING": "0",
+}
+
+
 @pytest.fixture
 def subprocess_env(db_url) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop("WORKQUEUE_LOG_LEVEL", None)
     env.update(
+        PRODUCTION_LIKE,
         DATABASE_URL=db_url,
         DJANGO_SETTINGS_MODULE="tests.settings",
         PYTHONUNBUFFERED="1",
-        WORKQUEUE_LOG_LEVEL="INFO",
     )
     return env
 
@@ -123,13 +188,41 @@ def start_ready_worker(start_worker):
         proc = start_worker("--worker-id", worker_id, *args, **kwargs)
         wait_until(
             lambda: Worker.objects.filter(pk=worker_id).exists() or not proc.alive(),
-            timeout=30,
+            timeout=90,
             message=f"worker {worker_id} to start",
         )
         assert proc.alive(), proc.output()
         return proc
 
     return start
+
+
+@pytest.fixture
+def spawn_command(subprocess_env):
+    """Start a manage.py command (``subprocess.Popen``, text, output piped unless told otherwise).
+
+    Whatever is still running when the test ends, passed or failed, is killed and reaped.
+    """
+    started: list[subprocess.Popen] = []
+
+    def spawn(*args: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            cwd=ROOT,
+            env={**subprocess_env, **(env or {})},
+            text=True,
+            **kwargs,
+        )
+        started.append(proc)
+        return proc
+
+    yield spawn
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
 
 
 @pytest.fixture

@@ -3,6 +3,10 @@
 The demo project's settings plus a test app with its own queues and handlers
 (tests/testapp/handlers.py). Subprocesses get DJANGO_SETTINGS_MODULE=tests.settings and a
 DATABASE_URL naming the test database, so they see exactly what the test wrote.
+
+The subprocesses run as on a production site (tests/conftest.py ``subprocess_env``): DEBUG off,
+CONN_MAX_AGE 0, an explicit SECRET_KEY, and TESTS_SITE_LOGGING=0, which drops the demo's
+LOGGING, so what a command prints there is what it prints on a site that configured none.
 """
 
 import os
@@ -15,6 +19,9 @@ from project.settings import *  # noqa: F403
 from project.settings import DATABASES, INSTALLED_APPS, OPERATIONS, WORKQUEUE
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp.apps.TestAppConfig"]
+
+if os.environ.get("TESTS_SITE_LOGGING", "1") == "0":
+    LOGGING = {}  # Django's defaults only: nothing routes the workqueue/operations loggers
 
 WORKQUEUE = {
     **WORKQUEUE,

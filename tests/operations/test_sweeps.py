@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 
 import pytest
 from django.db.models import F
@@ -16,7 +14,6 @@ from django.utils import timezone
 import operations
 from operations import service
 from operations.models import Operation
-from tests.conftest import ROOT
 from tests.operations.conftest import items_for, op_row, run_next
 from tests.workqueue.conftest import run_threads
 from workqueue.maintenance import run_sweep
@@ -25,14 +22,18 @@ from workqueue.models import WorkItem
 pytestmark = pytest.mark.django_db
 
 LATER = "2999-01-01T00:00:00Z"  # a pinned "now" far past every grace period
-LONG_AGO = timezone.now() - dt.timedelta(days=1)
+
+
+def long_ago() -> dt.datetime:
+    """A day before now: past every test's RECOVER_AFTER, inside every retention."""
+    return timezone.now() - dt.timedelta(days=1)
 
 
 def stranded(kind: str = "test.ops.count", **fields) -> Operation:
     """An operation whose work item was lost (as if the process died between the two writes)."""
     op = operations.start(kind, {})
     WorkItem.objects.filter(key=op.id).delete()
-    Operation.objects.filter(pk=op.id).update(updated_at=LONG_AGO, **fields)
+    Operation.objects.filter(pk=op.id).update(updated_at=long_ago(), **fields)
     return op_row(op.id)
 
 
@@ -58,14 +59,14 @@ def test_recover_waits_out_the_grace_before_calling_an_operation_stranded():
 
 def test_recover_leaves_pending_operations_with_a_live_item_alone():
     op = operations.start("test.ops.count", {}, delay=3600)  # e.g. waiting for a retry
-    Operation.objects.filter(pk=op.id).update(updated_at=LONG_AGO)
+    Operation.objects.filter(pk=op.id).update(updated_at=long_ago())
     assert service.recover(now=LATER) == {"reoffered": 0}
     assert items_for(op.id).count() == 1
 
 
 @pytest.mark.parametrize("state", ["succeeded", "failed", "cancelled"])
 def test_recover_never_revives_a_settled_operation(state):
-    op = stranded(state=state, finished_at=LONG_AGO)
+    op = stranded(state=state, finished_at=long_ago())
     assert service.recover(now=LATER) == {"reoffered": 0}
     assert not items_for(op.id).exists()
     assert op_row(op.id).state == state
@@ -74,7 +75,7 @@ def test_recover_never_revives_a_settled_operation(state):
 def test_recover_carries_the_attempt_count_and_priority_onto_the_new_item():
     op = operations.start("test.ops.fail", {}, priority=7)
     WorkItem.objects.filter(key=op.id).delete()
-    Operation.objects.filter(pk=op.id).update(updated_at=LONG_AGO, attempts=2)
+    Operation.objects.filter(pk=op.id).update(updated_at=long_ago(), attempts=2)
     assert service.recover() == {"reoffered": 1}
     item = live_items(op.id).get()
     assert (item.attempts, item.max_attempts, item.priority) == (2, 3, 7)
@@ -82,7 +83,7 @@ def test_recover_carries_the_attempt_count_and_priority_onto_the_new_item():
 
 @pytest.mark.django_db(transaction=True)
 def test_recover_re_offers_a_running_operation_whose_lease_lapsed_with_no_item_and_it_runs_again():
-    op = stranded("test.ops.count", state="running", attempts=1, claimed_until=LONG_AGO, started_at=LONG_AGO)
+    op = stranded("test.ops.count", state="running", attempts=1, claimed_until=long_ago(), started_at=long_ago())
     assert service.recover() == {"reoffered": 1}
     run_next()
     done = op_row(op.id)
@@ -115,20 +116,10 @@ def test_the_recover_sweep_concurrently_re_offers_exactly_once_and_says_so():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_manage_py_recover_run_concurrently_re_offers_exactly_once(subprocess_env):
+def test_manage_py_recover_run_concurrently_re_offers_exactly_once(spawn_command):
     op = stranded()
-    settled = stranded(state="succeeded", finished_at=LONG_AGO)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "recover", "--json"],
-            cwd=ROOT,
-            env=subprocess_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    settled = stranded(state="succeeded", finished_at=long_ago())
+    procs = [spawn_command("recover", "--json") for _ in range(2)]
     summaries = []
     for proc in procs:
         out, err = proc.communicate(timeout=60)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
-import time
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import Client
 
 import operations
@@ -17,6 +18,12 @@ from tests.operations.conftest import collect, items_for, op_row, wait_for_state
 from tests.testapp.models import OperationRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def db_now() -> dt.datetime:
+    with connection.cursor() as cur:
+        cur.execute("SELECT clock_timestamp()")
+        return cur.fetchone()[0]
 
 
 def runs(op_id: str, event: str = "began") -> list[tuple[int, bool, int]]:
@@ -83,10 +90,12 @@ def test_a_sigkilled_worker_loses_the_operation_to_another_after_the_lease_lapse
     first = ops_worker("first")
     op = operations.start("test.ops.takeover", {})
     wait_until(lambda: runs(op.id), message="the first attempt to begin")
+    first_lease = op_row(op.id).claimed_until
     second = ops_worker("second")
     # While the first worker reports progress its one lease keeps moving out, so the second
-    # worker, polling all along, never gets a claim in: well past one whole lease.
-    time.sleep(ops_settings().lease + 1)
+    # worker, polling all along, never gets a claim in: well past the lease begin gave it, by
+    # the database's clock.
+    wait_until(lambda: db_now() > first_lease + dt.timedelta(seconds=1), timeout=30, message="the first lease")
     assert runs(op.id) == [(1, False, first.pid)]
     row = op_row(op.id)
     assert (row.state, row.attempts, row.worker_id) == ("running", 1, "first")

@@ -11,10 +11,10 @@
 - test.capped: samples how many test.capped items are held, waits for a Sample named
   metadata["until"] when given (the test decides when the cap frees up), sleeps
   metadata["seconds"] (default 0.2), records.
-- test.short / test.stall / test.timeout: record a Sample "started:<key>" (its attempt), then
-  sleep metadata["seconds"] (default 0.5) reporting progress unless metadata["progress"] is
-  "no" (never) or "reclaimed" (only on a reclaimed attempt); a cancelled run records a Sample
-  "cancelled:<key>" and returns.
+- test.short / test.stall / test.timeout: record a Sample "started:<key>" (value: the attempt),
+  then sleep metadata["seconds"] (default 0.5) reporting
+  progress unless metadata["progress"] is "no" (never) or "reclaimed" (only on a reclaimed
+  attempt); a cancelled run records a Sample "cancelled:<key>" and returns.
 - test.holdonce: holds its first attempt until cancelled (a worker to kill mid-item), then
   records and completes on any later attempt.
 - test.flaky: test.record on a queue that retries at once (database-outage tests).
@@ -121,7 +121,7 @@ def _sleepy(item, ctx):
     seconds = float(item.metadata.get("seconds", "0.5"))
     progress = item.metadata.get("progress", "yes")
     report = progress == "yes" or (progress == "reclaimed" and ctx.reclaimed)
-    Sample.objects.create(name=f"started:{item.key}", value=ctx.attempt)  # the handler runs (not just held)
+    Sample.objects.create(name=f"started:{item.key}", value=ctx.attempt)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if ctx.cancelled.wait(0.05):

@@ -5,37 +5,24 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
-from tests.conftest import ROOT
+from tests.conftest import statements_run
 from workqueue import keys
 from workqueue.models import Environment, WorkItem
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def run_all(env: dict, *commands: list[str]) -> list[subprocess.CompletedProcess]:
+def run_all(spawn_command, *commands: list[str], env: dict | None = None) -> list[subprocess.CompletedProcess]:
     """Run several manage.py commands at once (they are independent); return them in order."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for args in commands
-    ]
+    procs = [spawn_command(*args, env=env) for args in commands]
     results = []
     for args, proc in zip(commands, procs, strict=True):
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=180)
         results.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
     return results
 
@@ -108,10 +95,10 @@ def test_enqueue_prints_the_work_id_and_takes_every_option(run_command):
 
 def test_enqueue_count_makes_n_items_in_one_statement():
     out = StringIO()
-    with CaptureQueriesContext(connection) as queries:
+    with statements_run() as texts:
         call_command("enqueue", "test.noop", "batch", "--count", "25", "--json", stdout=out)
     assert json.loads(out.getvalue()) == {"enqueued": 25, "created": 25}
-    inserts = [q["sql"] for q in queries.captured_queries if "INSERT INTO work_items" in q["sql"]]
+    inserts = [sql for sql in texts if "INSERT INTO work_items" in sql]
     assert len(inserts) == 1
     assert sorted(WorkItem.objects.values_list("key", flat=True)) == sorted(f"batch-{n}" for n in range(1, 26))
 
@@ -129,11 +116,11 @@ BAD = [
 ]
 
 
-def test_bad_arguments_get_a_one_line_error_exit_code_2_and_write_nothing(subprocess_env):
+def test_bad_arguments_get_a_one_line_error_exit_code_2_and_write_nothing(spawn_command):
     Environment.objects.create(name="taken", kind="cloud", key_hash="t" * 64, key_hint="t")
     commands = [args for args, _ in BAD] + [["environments", "create", "taken", "--kind", "cloud"]]
     names = [value for _, value in BAD] + ["'taken'"]
-    for args, value, done in zip(commands, names, run_all(subprocess_env, *commands), strict=True):
+    for args, value, done in zip(commands, names, run_all(spawn_command, *commands), strict=True):
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("CommandError: "), (args, done.stderr)
@@ -143,25 +130,25 @@ def test_bad_arguments_get_a_one_line_error_exit_code_2_and_write_nothing(subpro
     assert Environment.objects.count() == 1
 
 
-def test_malformed_numbers_are_refused_by_the_parser_with_exit_code_2(subprocess_env):
+def test_malformed_numbers_are_refused_by_the_parser_with_exit_code_2(spawn_command):
     commands = [
         ["enqueue", "test.noop", "k", "--count", "abc"],
         ["enqueue", "test.noop", "k", "--priority", "high"],
         ["environments", "create", "x", "--kind", "moon"],
     ]
-    for args, done in zip(commands, run_all(subprocess_env, *commands), strict=True):
+    for args, done in zip(commands, run_all(spawn_command, *commands), strict=True):
         assert done.returncode == 2, (args, done.stderr)
         assert "error: argument" in done.stderr.strip().splitlines()[-1]
     assert not WorkItem.objects.exists() and not Environment.objects.exists()
 
 
-def test_check_is_clean_and_migrations_are_committed(subprocess_env):
-    project = {**subprocess_env, "DJANGO_SETTINGS_MODULE": "project.settings"}
+def test_check_is_clean_and_migrations_are_committed(spawn_command):
+    project = {"DJANGO_SETTINGS_MODULE": "project.settings"}
     commands = [
         ["check", "--fail-level", "WARNING"],
         ["makemigrations", "--check", "--dry-run"],
     ]
-    results = run_all(subprocess_env, *commands) + run_all(project, *commands)
+    results = run_all(spawn_command, *commands) + run_all(spawn_command, *commands, env=project)
     for done in results:
         assert done.returncode == 0, (done.args, done.stdout, done.stderr)
     assert "System check identified no issues" in results[0].stdout

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from django.db import connection
 from django.db.models.functions import Now
 from django.db.utils import OperationalError
 
@@ -26,6 +27,12 @@ def keeper():
     keeper.close()
 
 
+def db_now() -> dt.datetime:
+    with connection.cursor() as cur:
+        cur.execute("SELECT clock_timestamp()")
+        return cur.fetchone()[0]
+
+
 def claim(keys, lease=1.5, worker="w1"):
     WorkItem.objects.enqueue_many([("test.short", k) for k in keys])
     items = WorkItem.objects.claim(["test.short"], limit=len(keys), worker_id=worker, lease=lease).items
@@ -38,7 +45,8 @@ def test_the_keeper_renews_the_lease_and_keeps_the_proof(keeper):
     first_expiry, token = item.lease_expires_at, item.lease_token
     hold = keeper.hold(item, lease=1.5)
     wait_until(lambda: row("k").lease_expires_at > first_expiry, timeout=5, message="a renewal")
-    time.sleep(1.8)  # past the first lease: only renewals keep it
+    # Past the first lease by the database's clock (the one that decides leases): only renewals keep it.
+    wait_until(lambda: db_now() > first_expiry + dt.timedelta(seconds=0.3), timeout=10, message="the first lease")
     fresh = row("k")
     assert fresh.lease_token == token and fresh.state == "active"
     assert fresh.lease_expires_at > first_expiry + dt.timedelta(seconds=1)
@@ -95,7 +103,10 @@ def test_one_locked_row_does_not_cost_the_other_items_their_leases(keeper):
         other.execute("SELECT 1 FROM work_items WHERE id = %s FOR UPDATE", [locked.id])
         hold_locked = keeper.hold(locked, lease=1.5)
         hold_free = keeper.hold(free, lease=1.5)
-        time.sleep(2.5)
+        # Never renewed, the locked item's lease runs out, and the database's clock passes the
+        # free item's first lease too.
+        assert hold_locked.cancelled.wait(10), "the locked item's holder was not told"
+        wait_until(lambda: db_now() > first_expiry + dt.timedelta(seconds=0.3), timeout=10, message="the first lease")
         assert not hold_free.cancelled.is_set(), hold_free.reason
         assert row("b-free").lease_expires_at > first_expiry + dt.timedelta(seconds=0.5)
         # Never renewed, the locked item's lease ran out: its holder is told.

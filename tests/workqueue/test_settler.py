@@ -26,12 +26,17 @@ def gated(item, ctx):
     GATE.wait(30)
 
 
-handlers.register(QUEUE, gated)
+@pytest.fixture(autouse=True)
+def gated_queue():
+    """The gated handler, registered for this module's tests only."""
+    GATE.clear()
+    STARTED.clear()
+    handlers.register(QUEUE, gated)
+    yield
+    handlers.unregister(QUEUE)
 
 
 def test_a_batch_settles_the_others_and_counts_the_one_whose_lease_was_taken_over():
-    GATE.clear()
-    STARTED.clear()
     worker = Worker(
         WorkerOptions(queues=[QUEUE], concurrency=3, batch=10, poll=0.2, worker_id="batcher", install_signals=False)
     )

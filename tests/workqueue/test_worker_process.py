@@ -7,6 +7,7 @@ import time
 from collections import Counter
 
 import pytest
+from django.db import connection
 
 from tests.conftest import wait_until
 from tests.testapp.models import Completion, Sample
@@ -24,6 +25,20 @@ def held_by(key: str, worker_id: str) -> bool:
 def running(key: str, worker_id: str) -> bool:
     """Its handler has started (a claimed item may still wait in the worker's run queue)."""
     return held_by(key, worker_id) and Sample.objects.filter(name=f"started:{key}").exists()
+
+
+def claim_passes_done() -> bool:
+    """Whether a session on the test database is idle after committing a transaction.
+
+    In a starting worker that is its main loop after its first claim pass: the heartbeat before
+    it runs in autocommit, the claim in a transaction, and the LISTEN connection commits nothing.
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND state = 'idle' AND query = 'COMMIT'"
+        )
+        return cur.fetchone()[0] > 0
 
 
 def test_a_sigkilled_holder_loses_the_item_to_another_worker_and_its_proof_is_refused(make_worker_ready):
@@ -61,7 +76,7 @@ def test_a_poison_item_that_kills_its_worker_every_time_is_failed_once_its_attem
     assert row("poison").max_attempts == 2
     deaths = 0
     survivor = None
-    deadline = time.monotonic() + 40
+    deadline = time.monotonic() + 120
     # A supervisor's job: start a worker again whenever one dies.
     while WorkItem.objects.filter(key="poison").unsettled().exists():
         assert time.monotonic() < deadline, "the poison item was never settled"
@@ -76,10 +91,9 @@ def test_a_poison_item_that_kills_its_worker_every_time_is_failed_once_its_attem
     assert "lease lapsed on attempt 2 of 2" in item.last_error and "not retried" in item.last_error
     assert deaths == 2
     assert not Completion.objects.exists()
-    # The last worker settled it rather than running it again: it is alive and well.
-    time.sleep(0.3)
+    # The last worker settled it rather than running it again: it says so, and is alive and well.
+    wait_until(lambda: "spent its 2 attempts" in survivor.output(), timeout=10, message="the settling worker's line")
     assert survivor.alive(), survivor.output()[-2000:]
-    assert "spent its 2 attempts" in survivor.output()
     survivor.signal(signal.SIGTERM)
     assert survivor.wait(20) == 0
 
@@ -87,7 +101,9 @@ def test_a_poison_item_that_kills_its_worker_every_time_is_failed_once_its_attem
 def test_an_idle_worker_wakes_on_notify_long_before_its_backstop_poll(make_worker_ready):
     proc = make_worker_ready("sleeper", "--queue", "test.record", "--poll", "30")
     wait_until(listening_backends, timeout=10, message="the worker's LISTEN connection")
-    time.sleep(0.5)  # its first claim pass found nothing; it now waits on NOTIFY or 30 s
+    # Its first claim pass found nothing (an item enqueued before it would be claimed without a
+    # NOTIFY); from then on it waits on NOTIFY or 30 s.
+    wait_until(claim_passes_done, timeout=10, message="the worker's first claim pass")
     started = time.monotonic()
     WorkItem.objects.enqueue("test.record", "wake-up")
     wait_until(lambda: Completion.objects.filter(key="wake-up").exists(), timeout=25, message="the wake-up")

@@ -5,6 +5,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from workqueue.maintenance import run_sweep
+from workqueue.management.commands._console import console_logging
 
 
 class SweepCommand(BaseCommand):
@@ -16,7 +17,8 @@ class SweepCommand(BaseCommand):
 
     def handle(self, *args, **opts):
         try:
-            result = run_sweep(self.sweep, dry_run=opts["dry_run"])
+            with console_logging(self, opts["verbosity"]):
+                result = run_sweep(self.sweep, dry_run=opts["dry_run"])
         except Exception as exc:
             raise CommandError(f"{self.sweep} failed: {exc.__class__.__name__}: {exc}")
         if opts["json"]:

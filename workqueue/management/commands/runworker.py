@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from workqueue.management.commands._console import console_logging
 from workqueue.scheduler import Scheduler
 from workqueue.worker import WorkerOptions, run_worker
 
@@ -50,26 +51,28 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
-        # Schedules: a separate loop on its own thread and connection (workqueue.scheduler).
-        scheduler = None if opts["no_schedules"] else Scheduler(poll=opts["poll"]).start()
         try:
-            code = run_worker(
-                WorkerOptions(
-                    queues=opts["queues"] or [],
-                    concurrency=opts["concurrency"],
-                    batch=opts["batch"],
-                    poll=opts["poll"],
-                    max_items=opts["max_items"],
-                    max_seconds=opts["max_seconds"],
-                    worker_id=opts["worker_id"],
-                    grace=opts["grace"],
-                    maintenance=opts["maintenance"],
-                )
-            )
+            with console_logging(self, opts["verbosity"]):
+                # Schedules: a separate loop on its own thread and connection (workqueue.scheduler).
+                scheduler = None if opts["no_schedules"] else Scheduler(poll=opts["poll"]).start()
+                try:
+                    code = run_worker(
+                        WorkerOptions(
+                            queues=opts["queues"] or [],
+                            concurrency=opts["concurrency"],
+                            batch=opts["batch"],
+                            poll=opts["poll"],
+                            max_items=opts["max_items"],
+                            max_seconds=opts["max_seconds"],
+                            worker_id=opts["worker_id"],
+                            grace=opts["grace"],
+                            maintenance=opts["maintenance"],
+                        )
+                    )
+                finally:
+                    if scheduler is not None:
+                        scheduler.stop()
         except ValueError as exc:
             raise CommandError(str(exc), returncode=2)
-        finally:
-            if scheduler is not None:
-                scheduler.stop()
         if code:
             raise SystemExit(code)
