@@ -527,26 +527,8 @@ def sync_settings(*, using: str = DEFAULT_DB_ALIAS, now: dt.datetime | None = No
 
 # -- the firing pass --------------------------------------------------------------------
 
-_TAKEN = (
-    "id",
-    "name",
-    "target",
-    "queue",
-    "key_prefix",
-    "metadata",
-    "priority",
-    "kind",
-    "request",
-    "task",
-    "args",
-    "cron",
-    "every",
-    "timezone",
-    "misfire",
-    "last_slot",
-    "next_slot",
-    "now",
-)
+#: The columns schedule_take_due returns, in its order.
+_TAKEN = ("id", "name", *DEFINITION_FIELDS, "last_slot", "next_slot", "now")
 
 
 @dataclass
