@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 import uuid
+from queue import Empty
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -78,6 +79,7 @@ def _claim_params(queue: str, batch: int, lease: float) -> dict:
         "limits": [batch],
         "leases": [lease],
         "caps": [None],
+        "wires": [False],
         "limit": batch,
         "worker_id": "raw",
         "relaxed": True,
@@ -109,7 +111,18 @@ def _in_processes(target, args: tuple, count: int) -> tuple[int, float]:
     started = time.perf_counter()
     for p in procs:
         p.start()
-    total = sum(out.get() for _ in procs)
+    total, reported = 0, 0
+    while reported < count:
+        try:
+            total += out.get(timeout=1.0)
+            reported += 1
+        except Empty:
+            # A process that died before reporting would leave us waiting for ever: fail instead.
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                for p in procs:
+                    p.kill()
+                raise RuntimeError(f"a raw-SQL process exited with code {dead[0].exitcode} (its traceback is above)")
     elapsed = time.perf_counter() - started
     for p in procs:
         p.join()
