@@ -161,7 +161,7 @@ def test_watching_a_bad_id_is_a_400_in_the_error_envelope(admin_client, op_id):
     assert response.json()["error"]["type"] == "invalid_request_error"
 
 
-def test_watching_a_missing_operation_is_a_404_in_the_error_envelope(admin_client):
+def test_watching_a_missing_operation_is_a_404_in_the_error_envelope(quiet_threads, admin_client):
     response = _watch(admin_client, "op_missing")
     assert response.status_code == 404
     assert response.json()["error"]["type"] == "not_found_error"
