@@ -297,12 +297,13 @@ def test_apikeys_create_list_and_revoke_and_a_revoked_key_is_refused():
 
     listing = StringIO()
     call_command("apikeys", "list", stdout=listing)
-    assert listing.getvalue().strip() == f"ci  {stored.key_hint}…  active" and key not in listing.getvalue()
+    line = listing.getvalue().strip()
+    assert line == f"ci  {stored.key_hint}…  active  all environments" and key not in listing.getvalue()
 
     call_command("apikeys", "revoke", "ci", stdout=StringIO())
     listing = StringIO()
     call_command("apikeys", "list", stdout=listing)
-    assert listing.getvalue().strip().endswith("revoked")
+    assert listing.getvalue().strip() == f"ci  {stored.key_hint}…  revoked  all environments"
     assert client.get(stats, headers={"authorization": f"Bearer {key}"}).status_code == 401
     with pytest.raises(CommandError, match="no API key named 'nobody'"):
         call_command("apikeys", "revoke", "nobody")
