@@ -93,6 +93,7 @@ def first_event(lines) -> dict:
     raise AssertionError("the stream ended before its first snapshot")
 
 
+@pytest.mark.direct_db(reason="counts the ASGI server's backends in pg_stat_activity; a pooler's are its own")
 def test_an_asgi_watch_streams_at_once_and_a_hang_up_releases_it(asgi_server, owner_cookies):
     owner, cookies = owner_cookies
     ops = [operations.start("test.ops.count", {}, owner=owner) for _ in range(MAX_PER_OWNER)]

@@ -79,6 +79,9 @@ def test_a_flush_after_another_worker_claimed_the_item_is_not_held_and_the_claim
     assert row.claimed_until == item.lease_expires_at
 
 
+@pytest.mark.direct_db(
+    reason="finds racing writers by server backend pid; a pooler gives a client no backend of its own"
+)
 def test_a_begin_racing_an_operators_requeue_takes_neither_row():
     op = operations.start("test.ops.count", {})
     item = claim_one("racer")

@@ -98,6 +98,9 @@ def test_a_poison_item_that_kills_its_worker_every_time_is_failed_once_its_attem
     assert survivor.wait(20) == 0
 
 
+@pytest.mark.direct_db(
+    reason="waits for the worker's own session to go idle (pg_stat_activity); a pooler's are its own"
+)
 def test_an_idle_worker_wakes_on_notify_long_before_its_backstop_poll(make_worker_ready):
     proc = make_worker_ready("sleeper", "--queue", "test.record", "--poll", "30")
     wait_until(listening_backends, timeout=10, message="the worker's LISTEN connection")
