@@ -14,7 +14,11 @@ from django.db import connection
 
 from tests.conftest import wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.direct_db(reason="creates and drops a database of its own, under a settings module of its own"),
+]
 
 START = """
 import json, operations
