@@ -503,11 +503,14 @@ def check_leg(leg: Leg, wheel: Path, steps: Steps, url: str, keep: bool) -> None
         )
         json.loads(site.manage("apikeys", "create", "control-plane", "--json", quiet=True).stdout)
         site.manage("enqueue", "tool_exec", "sess_42", "--environment", "byoc", "--json", quiet=True)
+        # A schedule made by the documented command (its admin pages need one to open).
+        site.manage("schedules", "add", "hourly-digest", "--every", "3600", "--queue", "emails", quiet=True)
+        json.loads(site.manage("schedules", "list", "--json", quiet=True).stdout)
         pw_env = dict(site.env, DJANGO_SUPERUSER_PASSWORD=ADMIN_PASSWORD)
         site.manage(
             "createsuperuser", "--noinput", "--username", ADMIN_USER, "--email", "admin@example.com", env=pw_env
         )
-        step("environments create, apikeys create, enqueue --environment, createsuperuser")
+        step("environments create, apikeys create, enqueue --environment, schedules add, createsuperuser")
 
         port = free_port()
         log = (tmp / "runserver.log").open("w")
