@@ -200,3 +200,30 @@ def test_huge_and_hostile_bodies_do_not_reach_the_database(http, env):
         path, content=json.dumps({"force": True, "pad": "x" * 100_000}), headers={"Authorization": f"Bearer {env.key}"}
     )
     assert response.status_code == 413
+
+
+def test_a_desired_ttl_too_large_for_a_float_is_a_400_not_a_500(http, env, items):
+    # 10**309 is a valid JSON integer but overflows a float (issue 9, item 7).
+    url = f"/v1/environments/{env.id}/work/{items['active']}/heartbeat"
+    auth = {"Authorization": f"Bearer {env.key}", "Content-Type": "application/json"}
+    for where, response in (
+        (
+            "body",
+            http.post(
+                url,
+                headers=auth,
+                content='{"expected_last_heartbeat": "NO_HEARTBEAT", "desired_ttl_seconds": 1' + "0" * 309 + "}",
+            ),
+        ),
+        (
+            "query",
+            http.post(
+                url,
+                headers=auth,
+                params={"expected_last_heartbeat": "NO_HEARTBEAT", "desired_ttl_seconds": "1" + "0" * 309},
+            ),
+        ),
+    ):
+        assert response.status_code == 400, f"{where}: {response.status_code} {response.text[:300]}"
+        error = response.json()["error"]
+        assert "desired_ttl_seconds" in error["message"] and len(error["message"]) < 300, where

@@ -127,7 +127,8 @@ def integer(
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
         low = minimum if minimum is not None else "-∞"
         high = maximum if maximum is not None else "∞"
-        raise InvalidInput(f"{name} must be between {low} and {high}, not {number}")
+        shown = str(number) if len(str(number)) <= 20 else f"a {len(str(number))}-digit number"
+        raise InvalidInput(f"{name} must be between {low} and {high}, not {shown}")
     return number
 
 

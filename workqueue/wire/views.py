@@ -29,6 +29,10 @@ MAX_BODY_BYTES = 64 * 1024
 EITHER = (ENVIRONMENT, API)
 
 
+#: The largest desired_ttl_seconds accepted (then clamped to HEARTBEAT_TTL_MAX); larger is a 400.
+MAX_DESIRED_TTL = 2**31 - 1
+
+
 def endpoint(**methods: tuple[str, ...]):
     """Wrap a view: ``methods`` maps each HTTP method to the key kinds it accepts."""
 
@@ -179,9 +183,12 @@ def heartbeat(request, caller, work_id):
             "expected_last_heartbeat is required: NO_HEARTBEAT on the first beat, then the last_heartbeat "
             "the previous beat returned"
         )
-    ttl = serializers.integer(_query(request, "desired_ttl_seconds"), "desired_ttl_seconds")
+    # A sane request is clamped to [HEARTBEAT_TTL_MIN, HEARTBEAT_TTL_MAX]; a number past
+    # MAX_DESIRED_TTL is a bad number (400), never a float overflow (500).
+    bound = {"minimum": -MAX_DESIRED_TTL, "maximum": MAX_DESIRED_TTL}
+    ttl = serializers.integer(_query(request, "desired_ttl_seconds"), "desired_ttl_seconds", **bound)
     if ttl is None:
-        ttl = serializers.integer(data.get("desired_ttl_seconds"), "desired_ttl_seconds", query=False)
+        ttl = serializers.integer(data.get("desired_ttl_seconds"), "desired_ttl_seconds", query=False, **bound)
     beat = WorkItem.objects.heartbeat(caller.environment_id, work_id, expected, ttl)
     return _json(serializers.heartbeat_object(beat))
 
