@@ -10,7 +10,7 @@ from django.db.models.functions import Now
 from django.urls import reverse
 from django.utils.html import strip_tags
 
-from tests.admin.conftest import make_item
+from tests.workqueue.admin.conftest import make_item
 from workqueue import dashboard
 from workqueue.environments import create_environment
 from workqueue.models import MaintenanceRun, Poller, State, Worker, WorkItem

@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.urls import reverse
 
-from tests.admin.conftest import make_item
+from tests.workqueue.admin.conftest import make_item
 from tests.conftest import statements_run
 from workqueue import admin as wq_admin
 from workqueue.admin import OUTCOME_TONES, STATE_TONES, SituationFilter, state_badge

@@ -1,6 +1,6 @@
 """Django's own task tests, adapted to run against OperationsBackend.
 
-Where they come from: django/django ``tests/tasks/`` — ``test_tasks.py`` (the Task API, run
+Where they come from: django/django ``tests/operations/tasks/`` — ``test_tasks.py`` (the Task API, run
 there on the DummyBackend and ImmediateBackend), ``test_immediate_backend.py`` and
 ``test_dummy_backend.py``. Each test below names the Django test it adapts; the assertions
 are Django's, written again in pytest against our backend and ``tests/testapp/tasks.py``.
@@ -58,7 +58,7 @@ from operations._tasks_compat import (
 )
 from operations.models import Operation
 from operations.task_backend import OperationsBackend, OperationTask
-from tests.tasks.conftest import run_inline, wait_finished
+from tests.operations.tasks.conftest import run_inline, wait_finished
 from tests.testapp import tasks
 from workqueue.models import WorkItem
 

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from tests.admin.conftest import make_item
+from tests.workqueue.admin.conftest import make_item
 from workqueue.admin import SituationFilter
 from workqueue.environments import create_environment
 from workqueue.models import State, WorkItem

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from django.core.servers.basehttp import ThreadedWSGIServer
 
-from tests.wire.helpers import Env
+from tests.workqueue.wire.helpers import Env
 from workqueue import listener
 from workqueue.environments import create_api_key, create_environment
 from workqueue.wire.wakeups import wakeups

@@ -1,6 +1,6 @@
 """A tiny app for the runworker subprocess of test_lanes: a handler for the test.wire queue.
 
-Only ``tests.wire.worker_settings`` installs it, so runworker can be pointed at test.wire and
+Only ``tests.workqueue.wire.worker_settings`` installs it, so runworker can be pointed at test.wire and
 show that it never claims the items Poll serves.
 """
 
@@ -8,7 +8,7 @@ from django.apps import AppConfig
 
 
 class WireTestConfig(AppConfig):
-    name = "tests.wire"
+    name = "tests.workqueue.wire"
     label = "wiretests"
 
     def ready(self):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from tests.wire.helpers import by_key, enqueue
+from tests.workqueue.wire.helpers import by_key, enqueue
 from workqueue.models import Poller, WorkItem
 from workqueue.wire.serializers import timestamp
 

@@ -6,7 +6,7 @@ import anthropic
 import pytest
 
 from tests.conftest import wait_until
-from tests.wire.helpers import by_key, enqueue, row
+from tests.workqueue.wire.helpers import by_key, enqueue, row
 from workqueue import hooks
 from workqueue.models import WorkItem
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from tests.wire.helpers import by_key, enqueue, snapshot
+from tests.workqueue.wire.helpers import by_key, enqueue, snapshot
 from workqueue.environments import rotate_environment_key
 from workqueue.models import ApiKey, Environment
 

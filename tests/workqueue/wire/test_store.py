@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
-from tests.wire.helpers import by_key, enqueue
+from tests.workqueue.wire.helpers import by_key, enqueue
 from workqueue.exceptions import HeartbeatMismatch, InvalidInput, WorkConflict, WorkNotFound
 from workqueue.models import WorkItem
 from workqueue.wire.store import NO_HEARTBEAT, decode_cursor, encode_cursor

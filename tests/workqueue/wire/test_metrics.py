@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.wire.helpers import enqueue
+from tests.workqueue.wire.helpers import enqueue
 from workqueue.models import Poller, WorkItem
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.wire.helpers import by_key, enqueue, snapshot
+from tests.workqueue.wire.helpers import by_key, enqueue, snapshot
 from workqueue.models import WorkItem
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,7 +8,7 @@ from anthropic.lib.environments import iter_work
 from anthropic.types.beta.environments import BetaHeartbeatPreconditionFailedError
 from django.db import connection
 
-from tests.wire.helpers import by_key, enqueue, row
+from tests.workqueue.wire.helpers import by_key, enqueue, row
 from workqueue.models import WorkItem
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,6 +1,0 @@
-"""tests.settings plus a handler for test.wire (see tests/wire/apps.py), for runworker subprocesses."""
-
-from tests.settings import *  # noqa: F403
-from tests.settings import INSTALLED_APPS
-
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.wire.apps.WireTestConfig"]
