@@ -49,6 +49,12 @@ WORKQUEUE = {
         "test.selfsettle": {"lease": 1.5},
         "test.settled": {"lease": 1.5},
         "test.interrupt": {"max_attempts": 1},
+        # flow control (tests/workqueue/test_flow_control.py)
+        "test.flow": {"lease": 5},
+        "test.grouped": {"lease": 5, "max_running_per_group": 2},
+        "test.grouped.lapse": {"lease": 2, "max_running_per_group": 2, "max_attempts": 5},
+        "test.rated": {"lease": 5, "rate": "20/s"},
+        "test.wire.flow": {"over_wire": True, "max_attempts": 3},
     },
     "POLL_INTERVAL": 1.0,
     "WORKER_HEARTBEAT": 1.0,

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.utils import InterfaceError, OperationalError
 
+from workqueue import controls
 from workqueue import handlers as registry
 from workqueue import listener as listener_mod
 from workqueue import sql
@@ -198,6 +199,7 @@ class Worker:
         self.failed = 0
         self.lost = 0
         self.claims = 0
+        self._flow_retry: float | None = None
         self._stopping = threading.Event()
         self._draining = False
         self._threads: list[threading.Thread] = []
@@ -227,7 +229,9 @@ class Worker:
         self.request_stop()
 
     def _on_notify(self, payload: str | None) -> None:
-        if payload is None or payload in self._queue_set:
+        if payload == controls.CONTROLS_NOTIFY:
+            controls.invalidate()  # an operator changed a queue's controls: read them afresh
+        elif payload is None or payload in self._queue_set:
             self.wake.set()
 
     # -- main loop ----------------------------------------------------------------------
@@ -295,6 +299,10 @@ class Worker:
                 if asked and claimed >= asked:
                     continue  # a full batch: there is probably more, go straight round
                 timeout = self.poll
+                if self._flow_retry is not None:
+                    if self._flow_retry <= 0:
+                        continue  # a flow claim took some: look again before sleeping
+                    timeout = min(timeout, self._flow_retry)  # a limit frees a start then
                 if deadline is not None:
                     timeout = max(0.0, min(timeout, deadline - time.monotonic()))
                 self.wake.wait(timeout)
@@ -303,6 +311,7 @@ class Worker:
         return 0
 
     def _claim_pass(self) -> tuple[int, int]:
+        self._flow_retry = None
         with self._lock:
             free = self.max_inflight - self.inflight
             if self.inflight > self.refill_at:
@@ -317,6 +326,14 @@ class Worker:
             self.queues, limit=free, worker_id=self.worker_id, relaxed=True
         )
         self.claims += 1
+        if result.flow and len(result.items) < free:
+            # Short on the flow path: a limit may be holding due work back. Look again at
+            # once if this claim took some, else when the limit frees a start.
+            self._flow_retry = (
+                0.0
+                if result.items
+                else controls.flow_wait([wq_settings().queue(q) for q in self.queues], using=self.using)
+            )
         for item in result.settled:
             log.warning("%r spent its %d attempts on lapsed leases; failed", item, item.max_attempts)
         if result.items:

@@ -14,12 +14,12 @@
 -- pg_notify is transactional: delivered at commit, dropped on rollback.
 INSERT INTO work_items AS w (
     public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
-    metadata, trace_context, wire, reclaimed, handed_out, created_at
+    metadata, trace_context, wire, reclaimed, handed_out, created_at, group_key
 )
 SELECT work_mint_id('work_'), %(queue)s, %(key)s, e.id, 'queued', %(priority)s,
        coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)), %(attempts)s,
        %(max_attempts)s, %(metadata)s, %(trace_context)s,
-       coalesce(e.kind = 'self_hosted' AND %(over_wire)s, false), false, false, now()
+       coalesce(e.kind = 'self_hosted' AND %(over_wire)s, false), false, false, now(), %(group)s::text
 FROM (SELECT 1) AS one
 LEFT JOIN work_environments e ON e.id = %(environment_id)s
 WHERE %(environment_id)s::text IS NULL OR e.id IS NOT NULL
@@ -36,16 +36,18 @@ RETURNING {item}, (xmax = 0) AS created, pg_notify(%(channel)s, w.queue);
 -- checks environments beforehand, so the join here only reads their kinds.
 INSERT INTO work_items AS w (
     public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
-    metadata, trace_context, wire, reclaimed, handed_out, created_at
+    metadata, trace_context, wire, reclaimed, handed_out, created_at, group_key
 )
 SELECT work_mint_id('work_'), b.queue, b.key, b.environment_id, 'queued', b.priority,
        now() + make_interval(secs => b.delay), 0, b.max_attempts, b.metadata, NULL,
-       coalesce(e.kind = 'self_hosted' AND b.over_wire, false), false, false, now()
+       coalesce(e.kind = 'self_hosted' AND b.over_wire, false), false, false, now(), b.group_key
 FROM (
     SELECT DISTINCT ON (u.queue, u.key) u.*
     FROM unnest(%(queues)s::text[], %(keys)s::text[], %(environment_ids)s::text[], %(priorities)s::int[],
-                %(delays)s::float8[], %(max_attempts)s::int[], %(metadatas)s::jsonb[], %(over_wires)s::bool[])
-         WITH ORDINALITY AS u(queue, key, environment_id, priority, delay, max_attempts, metadata, over_wire, ord)
+                %(delays)s::float8[], %(max_attempts)s::int[], %(metadatas)s::jsonb[], %(over_wires)s::bool[],
+                %(groups)s::text[])
+         WITH ORDINALITY AS u(queue, key, environment_id, priority, delay, max_attempts, metadata, over_wire,
+                              group_key, ord)
     ORDER BY u.queue, u.key, u.priority DESC, u.ord
 ) AS b
 LEFT JOIN work_environments e ON e.id = b.environment_id
@@ -77,12 +79,16 @@ FROM (SELECT q FROM unnest(%(queues)s::text[]) AS q ORDER BY q) AS ordered;
 -- and items whose holder's lease lapsed (reclaimed), never wire items; a capped queue
 -- takes no more than its free slots (slots_used: holders with a live lease, plus live wire
 -- reservations on an over_wire queue), and the ready and lapsed candidates share that quota
--- (ranked per queue), since a reclaimed item takes a slot too. One lease proof is minted per claim. A lapsed item that has
+-- (ranked per queue), since a reclaimed item takes a slot too. A queue an operator has put
+-- under flow control (flow_gated: paused or limited in work_queue_controls) gets nothing
+-- here: the caller's cached view was stale, and item_claim_flow (controls.sql) serves it.
+-- One lease proof is minted per claim. A lapsed item that has
 -- spent its attempts is settled failed instead of handed out again, and returned so
 -- hooks can react. Rows come back in claim order, so runners start the best first.
 WITH q AS (
     SELECT u.name, u.lease_s,
-           CASE WHEN u.cap IS NULL THEN u.n
+           CASE WHEN {flow_gated:u.name} THEN 0
+                WHEN u.cap IS NULL THEN u.n
                 ELSE least(u.n, greatest(u.cap - {slots_used:u.name, u.wire}, 0))
            END AS n
     FROM unnest(%(queues)s::text[], %(limits)s::int[], %(leases)s::float8[], %(caps)s::int[], %(wires)s::bool[])
