@@ -223,7 +223,7 @@ def format_rate(rate: tuple[int, float] | None) -> str:
     """Write a (count, seconds) rate back as ``"50/s"``; '' for None."""
     if rate is None:
         return ""
-    unit = {v: k for k, v in RATE_PERIODS.items()}.get(float(rate[1]), None)
+    unit = {v: k for k, v in RATE_PERIODS.items()}.get(float(rate[1]))
     return f"{rate[0]}/{unit}" if unit else f"{rate[0]}/{rate[1]:g}s"
 
 

@@ -456,3 +456,6 @@ class QueueStart(models.Model):
                 name="work_queue_starts_group_idx",
             ),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} started at {self.started_at}"

@@ -33,10 +33,9 @@ from dataclasses import dataclass, field
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.utils import InterfaceError, OperationalError
 
-from workqueue import controls
+from workqueue import controls, sql
 from workqueue import handlers as registry
 from workqueue import listener as listener_mod
-from workqueue import sql
 from workqueue.conf import wq_settings
 from workqueue.exceptions import LeaseLost, Permanent, Retry
 from workqueue.items import Item
