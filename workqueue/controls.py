@@ -108,6 +108,18 @@ def known_queues(*, using: str = DEFAULT_DB_ALIAS) -> list[str]:
     return sorted({*settings.queues, *settings.declared, *handlers.queues(), *all_controls(using=using)})
 
 
+def held_back_queues(*, using: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """Queues whose waiting items wait by design: paused, or under a per-group cap or a rate
+    (from the settings or an override). Their queued items are not stuck."""
+    settings = wq_settings()
+    rows = all_controls(using=using)
+    names = {c.name for c in settings.known_queues() if settings.flow_limited(c)}
+    for name, c in rows.items():
+        if c.paused or c.max_running_per_group is not None or c.rate is not None or c.rate_per_group is not None:
+            names.add(name)
+    return sorted(names)
+
+
 # -- the claim path's cache ---------------------------------------------------------------
 
 _lock = threading.Lock()

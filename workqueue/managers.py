@@ -78,9 +78,16 @@ class WorkItemQuerySet(models.QuerySet):
         return self.held().filter(lease_expires_at__lt=Now())
 
     def stuck(self, stuck_after: float | None = None):
-        """Lapsed holders, and queued items far past their run_after (nobody is claiming them)."""
+        """Lapsed holders, and queued items far past their run_after (nobody is claiming them).
+
+        A queue that is paused, or under a per-group cap or a rate (its own settings or an
+        operator's override), is waiting by design: its queued items are not counted as stuck.
+        """
         after = dt.timedelta(seconds=stuck_after if stuck_after is not None else wq_settings().stuck_after)
         late = Q(state="queued", run_after__lt=Now() - after)
+        held_back = controls.held_back_queues(using=self.db)
+        if held_back:
+            late &= ~Q(queue__in=held_back)
         return self.filter(Q(state__in=["starting", "active", "stopping"], lease_expires_at__lt=Now()) | late)
 
     def wire_visible(self, environment_id: str):
