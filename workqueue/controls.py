@@ -108,6 +108,42 @@ def known_queues(*, using: str = DEFAULT_DB_ALIAS) -> list[str]:
     return sorted({*settings.queues, *settings.declared, *handlers.queues(), *all_controls(using=using)})
 
 
+def _as_json(field: str, value):
+    if value is None:
+        return None
+    return format_rate(value) if field in ("rate", "rate_per_group") else value
+
+
+def describe_all(*, using: str = DEFAULT_DB_ALIAS) -> list[dict]:
+    """Every known queue (and any with waiting items) as ``queues list`` shows it: paused, each
+    limit's effective value and whether it is the setting or an override, and its depth (due
+    items waiting)."""
+    from django.db.models import Count
+
+    from workqueue.models import WorkItem
+
+    settings = wq_settings()
+    rows = all_controls(using=using)
+    depth = dict(WorkItem.objects.using(using).ready().values_list("queue").annotate(n=Count("id")).order_by("queue"))
+    out = []
+    for name in sorted({*known_queues(using=using), *depth}):
+        eff = effective(settings.queue(name), rows.get(name))
+        out.append(
+            {
+                "name": name,
+                "paused": eff.paused,
+                "depth": depth.get(name, 0),
+                **{f: {"value": _as_json(f, eff.values[f]), "source": eff.source(f)} for f in FIELDS},
+            }
+        )
+    return out
+
+
+def describe(queue: str, *, using: str = DEFAULT_DB_ALIAS) -> dict:
+    """One queue as ``describe_all`` shows it."""
+    return next(r for r in describe_all(using=using) if r["name"] == queue)
+
+
 def held_back_queues(*, using: str = DEFAULT_DB_ALIAS) -> list[str]:
     """Queues whose waiting items wait by design: paused, or under a per-group cap or a rate
     (from the settings or an override). Their queued items are not stuck."""
@@ -193,9 +229,9 @@ def check_known(queue: object, *, using: str = DEFAULT_DB_ALIAS) -> str:
         raise InvalidInput(f"queue name {queue!r} is not valid (letters, digits, '.', '_', ':' or '-')")
     known = known_queues(using=using)
     if queue not in known:
+        shown = ", ".join(known[:12]) + (f" and {len(known) - 12} more" if len(known) > 12 else "")
         raise InvalidInput(
-            f"unknown queue {queue!r}: known queues are {', '.join(known) or '(none)'}; "
-            "add it to WORKQUEUE['QUEUES'] first"
+            f"unknown queue {queue!r}: known queues are {shown or '(none)'}; add it to WORKQUEUE['QUEUES'] first"
         )
     return queue
 
