@@ -22,7 +22,8 @@ from operations.exceptions import DuplicateOperation, InvalidRequest, OperationN
 from operations.models import TERMINAL_STATES, Operation, State
 from operations.registry import registry
 from workqueue.conf import QUEUE_NAME, wq_settings
-from workqueue.managers import _aware, _seconds
+from workqueue.exceptions import InvalidInput
+from workqueue.managers import _aware, _seconds, check_group
 from workqueue.models import WorkItem
 
 MAX_ID_LENGTH = 200
@@ -55,6 +56,7 @@ def start(
     queue: str | None = None,
     max_attempts: int | None = None,
     raise_on_duplicate: bool = False,
+    group: str | None = None,
     using: str = DEFAULT_DB_ALIAS,
 ) -> Operation:
     """Record a pending operation of ``kind`` and enqueue it; return it (``.created`` tells).
@@ -65,6 +67,9 @@ def start(
     With ``id=``, a second start with the same id returns the existing operation (or raises
     ``DuplicateOperation`` when ``raise_on_duplicate``); one owned by somebody else, or of
     another kind, always raises ``DuplicateOperation``.
+
+    ``group`` (e.g. a tenant id) is stored on the work item, for the queue's
+    ``max_running_per_group`` and ``rate_per_group`` (see the README's "Flow control").
     """
     definition = registry.get(kind)
     payload = definition.encode(request)
@@ -88,6 +93,10 @@ def start(
     ):
         raise InvalidRequest(f"max_attempts must be an integer >= 1, not {max_attempts!r} (never unlimited)")
     max_attempts = max_attempts or definition.max_attempts or conf.max_attempts
+    try:
+        group = check_group(group)
+    except InvalidInput as exc:
+        raise InvalidRequest(str(exc)) from None
     rows = store.run(
         "op_start",
         {
@@ -102,6 +111,7 @@ def start(
             "delay": _seconds(delay, "delay"),
             "run_after": _aware(run_after),
             "queue_channel": wq_settings().notify_channel,
+            "group": group,
         },
         using=using,
     )

@@ -31,11 +31,11 @@ WITH ins AS (
 item AS (
     INSERT INTO work_items AS w (
         public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
-        metadata, trace_context, wire, reclaimed, handed_out, created_at
+        metadata, trace_context, wire, reclaimed, handed_out, created_at, group_key
     )
     SELECT work_mint_id('work_'), ins.queue, ins.id, NULL, 'queued', ins.priority,
            coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, ins.max_attempts,
-           '{}'::jsonb, NULL, false, false, false, now()
+           '{}'::jsonb, NULL, false, false, false, now(), %(group)s::text
     FROM ins
     ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active') DO NOTHING
     RETURNING pg_notify(%(queue_channel)s::text, w.queue)
