@@ -403,6 +403,18 @@ class WorkItemManager(WireLane, models.Manager):
             result.flow = flow
         return result
 
+    def retry_now(self, ids: Sequence[int]) -> list[int]:
+        """Give failed items a new run now (attempts reset, the old error kept); return their ids."""
+        params = {"ids": list(ids), "channel": wq_settings().notify_channel}
+        with transaction.atomic(using=self.db):
+            return [r[0] for r in sql.run("item_retry_now_many", params, using=self.db, queries=sql.CONTROLS)]
+
+    def run_now(self, ids: Sequence[int]) -> list[int]:
+        """Make scheduled items (run_after ahead) due now; return their ids."""
+        params = {"ids": list(ids), "channel": wq_settings().notify_channel}
+        with transaction.atomic(using=self.db):
+            return [r[0] for r in sql.run("item_run_now_many", params, using=self.db, queries=sql.CONTROLS)]
+
     def extend(self, item: Item, lease: float | None = None) -> dt.datetime:
         """Push the item's lease out by ``lease`` seconds (queue default); same proof."""
         seconds = lease if lease is not None else wq_settings().queue(item.queue).lease

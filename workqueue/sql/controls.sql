@@ -201,3 +201,38 @@ WHERE EXISTS (
     SELECT 1 FROM work_items w
     WHERE w.state = 'queued' AND NOT w.wire AND w.queue = u.name AND w.run_after <= now()
 );
+
+
+-- name: item_retry_now_many
+-- Operator's bulk "retry now" (admin): failed items get a new run at once: queued, due now,
+-- attempts reset, no outcome. The old error stays in last_error, under a line that says an
+-- operator retried it. A failed item whose (queue, key) already has a live item is left
+-- alone (the live one is the newer request), and of several failed items of one key only the
+-- newest is retried, so the one-live-item-per-key rule holds. A handed-out wire item gets a
+-- fresh public id, so its old holder's calls hit 404.
+UPDATE work_items AS w
+SET state = 'queued', outcome = NULL, attempts = 0, run_after = now(), stopped_at = NULL,
+    stop_requested_at = NULL, lease_token = NULL, lease_expires_at = NULL, reclaimed = false,
+    acknowledged_at = NULL, started_at = NULL, last_heartbeat_at = NULL, claimed_by = '',
+    last_error = 'retried now by an operator; the previous error was:' || chr(10) || w.last_error,
+    public_id = CASE WHEN w.handed_out THEN work_mint_id('work_') ELSE w.public_id END
+FROM (
+    SELECT DISTINCT ON (f.queue, f.key) f.id
+    FROM work_items f
+    WHERE f.id = ANY (%(ids)s::bigint[]) AND f.state = 'stopped' AND f.outcome = 'failed'
+      AND NOT EXISTS (
+          SELECT 1 FROM work_items l
+          WHERE l.queue = f.queue AND l.key = f.key AND l.state IN ('queued', 'starting', 'active')
+      )
+    ORDER BY f.queue, f.key, f.id DESC
+) AS pick
+WHERE w.id = pick.id AND w.state = 'stopped' AND w.outcome = 'failed'
+RETURNING w.id, pg_notify(%(channel)s, w.queue);
+
+
+-- name: item_run_now_many
+-- Operator's bulk "run now" (admin): scheduled items (queued, run_after ahead) become due now.
+UPDATE work_items AS w
+SET run_after = now()
+WHERE w.id = ANY (%(ids)s::bigint[]) AND w.state = 'queued' AND w.run_after > now()
+RETURNING w.id, pg_notify(%(channel)s, w.queue);
