@@ -191,6 +191,17 @@ def needs_flow(confs: list[QueueSettings], *, using: str = DEFAULT_DB_ALIAS) -> 
     return bool(gated) and any(c.name in gated for c in confs)
 
 
+def wire_flow_queues(*, fresh: bool = False, using: str = DEFAULT_DB_ALIAS) -> list[QueueSettings]:
+    """The known ``over_wire`` queues under flow control: a per-group cap or a rate in the
+    settings, or an operator's controls row (``fresh``: read now, not from the cache)."""
+    settings = wq_settings()
+    if fresh:
+        gated = frozenset(name for name, c in all_controls(using=using).items() if c.gated)
+    else:
+        gated = gated_queues(using=using)
+    return [q for q in settings.known_queues() if q.over_wire and (settings.flow_limited(q) or q.name in gated)]
+
+
 def flow_params(confs: list[QueueSettings]) -> dict:
     """The settings' limits, as the arrays item_claim_flow and queue_flow_wait take."""
     return {

@@ -214,6 +214,16 @@ def group_room(args: str) -> str:
     )
 
 
+def flow_wire_gate(r: str) -> str:
+    """``{flow_wire_gate:R}``: a wire poll's candidate row R passes the flow checks made under
+    the locks just before (wire_flow_blocked: %(blocked_groups)s), and is not of a queue an
+    operator put under control since the caller last looked (%(flow_queues)s were checked)."""
+    return (
+        f"({r}.group_key IS NULL OR ({r}.queue || chr(31) || {r}.group_key) <> ALL (%(blocked_groups)s::text[]))"
+        f" AND ({r}.queue = ANY (%(flow_queues)s::text[]) OR NOT {flow_gated(r + '.queue')})"
+    )
+
+
 def load(filename: str) -> Statements:
     """Load ``workqueue/sql/<filename>`` with the shared fragments (``{item}``, ``{claimed}``,
     ``{relaxed}``, ``{cap_lock:...}``, ``{slots_used:...}``)."""
@@ -229,6 +239,7 @@ def load(filename: str) -> Statements:
             "starts_used": starts_used,
             "groups_full": groups_full,
             "group_room": group_room,
+            "flow_wire_gate": flow_wire_gate,
         },
     )
 

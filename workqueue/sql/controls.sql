@@ -236,3 +236,75 @@ UPDATE work_items AS w
 SET run_after = now()
 WHERE w.id = ANY (%(ids)s::bigint[]) AND w.state = 'queued' AND w.run_after > now()
 RETURNING w.id, pg_notify(%(channel)s, w.queue);
+
+
+-- name: wire_flow_blocked
+-- Before a poll, under the per-queue locks of the wire queues under flow control: the queues
+-- that may hand nothing out (paused, max_running full, rate spent: reservations count, each
+-- one ack away from a slot and a start), and the groups with no room, as queue || chr(31) ||
+-- group. One row: (blocked queues, blocked groups).
+WITH u AS (
+    SELECT u.name, true AS wire,
+           coalesce(c.paused, false) AS paused,
+           coalesce(c.max_running, u.cap) AS cap,
+           coalesce(c.max_running_per_group, u.group_cap) AS group_cap,
+           coalesce(c.rate_count, u.rate_n) AS rate_n,
+           CASE WHEN c.rate_count IS NOT NULL THEN c.rate_period ELSE u.rate_s END AS rate_s,
+           coalesce(c.rate_per_group_count, u.group_rate_n) AS group_rate_n,
+           CASE WHEN c.rate_per_group_count IS NOT NULL THEN c.rate_per_group_period ELSE u.group_rate_s END
+               AS group_rate_s
+    FROM unnest(%(queues)s::text[], %(caps)s::int[], %(group_caps)s::int[], %(rate_ns)s::int[],
+                %(rate_ss)s::float8[], %(group_rate_ns)s::int[], %(group_rate_ss)s::float8[])
+         AS u(name, cap, group_cap, rate_n, rate_s, group_rate_n, group_rate_s)
+    LEFT JOIN work_queue_controls c ON c.queue = u.name
+),
+v AS (
+    SELECT u.name,
+           u.paused
+           OR (u.cap IS NOT NULL AND {slots_used:u.name, true} >= u.cap)
+           OR (u.rate_n IS NOT NULL AND {starts_used:u.name, u.rate_s, true} >= u.rate_n) AS blocked,
+           CASE WHEN u.group_cap IS NULL AND u.group_rate_n IS NULL THEN '{}'::text[]
+                ELSE {groups_full:u} END AS groups
+    FROM u
+)
+SELECT coalesce(array_agg(v.name) FILTER (WHERE v.blocked), '{}'::text[]),
+       coalesce((SELECT array_agg(v2.name || chr(31) || g) FROM v AS v2 CROSS JOIN unnest(v2.groups) AS g), '{}'::text[])
+FROM v;
+
+
+-- name: wire_ack_flow_check
+-- Before an ack of an item of a wire queue under flow control, under that queue's lock
+-- (wire_ack_lock): may it start now? Its own live reservation already counts in every figure
+-- (slots, starts, its group), so it is taken back out. One row (queue, paused, has_slot,
+-- has_rate, has_group_room) for a queued item; none otherwise (wire_ack answers those).
+WITH f AS (
+    SELECT w.id, w.queue AS name, true AS wire, w.group_key,
+           CASE WHEN w.lease_expires_at > now() THEN 1 ELSE 0 END AS own,
+           coalesce(c.paused, false) AS paused,
+           coalesce(c.max_running, u.cap) AS cap,
+           coalesce(c.max_running_per_group, u.group_cap) AS group_cap,
+           coalesce(c.rate_count, u.rate_n) AS rate_n,
+           CASE WHEN c.rate_count IS NOT NULL THEN c.rate_period ELSE u.rate_s END AS rate_s,
+           coalesce(c.rate_per_group_count, u.group_rate_n) AS group_rate_n,
+           CASE WHEN c.rate_per_group_count IS NOT NULL THEN c.rate_per_group_period ELSE u.group_rate_s END
+               AS group_rate_s
+    FROM work_items w
+    JOIN unnest(%(queues)s::text[], %(caps)s::int[], %(group_caps)s::int[], %(rate_ns)s::int[],
+                %(rate_ss)s::float8[], %(group_rate_ns)s::int[], %(group_rate_ss)s::float8[])
+         AS u(name, cap, group_cap, rate_n, rate_s, group_rate_n, group_rate_s) ON u.name = w.queue
+    LEFT JOIN work_queue_controls c ON c.queue = w.queue
+    WHERE w.public_id = %(work_id)s AND w.environment_id = %(environment_id)s AND w.wire AND w.state = 'queued'
+)
+SELECT f.name, f.paused,
+       f.cap IS NULL OR {slots_used:f.name, true} - f.own < f.cap AS has_slot,
+       f.rate_n IS NULL OR {starts_used:f.name, f.rate_s, f.wire} - f.own < f.rate_n AS has_rate,
+       f.group_key IS NULL OR coalesce({group_room:f, f.group_key} + f.own >= 1, true) AS has_group_room,
+       f.rate_n IS NOT NULL OR f.group_rate_n IS NOT NULL AS rated
+FROM f;
+
+
+-- name: queue_start_record
+-- A wire ack of an item of a rate-limited queue: log the start in the rate's window (the
+-- caller holds the queue's lock, and commits this with the ack).
+INSERT INTO work_queue_starts (queue, group_key, started_at)
+SELECT w.queue, w.group_key, now() FROM work_items w WHERE w.id = %(id)s;
