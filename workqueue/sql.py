@@ -216,7 +216,7 @@ def group_room(args: str) -> str:
 
 def flow_wire_gate(r: str) -> str:
     """``{flow_wire_gate:R}``: a wire poll's candidate row R passes the flow checks made under
-    the locks just before (wire_flow_blocked: %(blocked_groups)s), and is not of a queue an
+    the locks just before (queue_flow_blocked: %(blocked_groups)s), and is not of a queue an
     operator put under control since the caller last looked (%(flow_queues)s were checked)."""
     return (
         f"({r}.group_key IS NULL OR ({r}.queue || chr(31) || {r}.group_key) <> ALL (%(blocked_groups)s::text[]))"

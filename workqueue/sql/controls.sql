@@ -238,7 +238,7 @@ WHERE w.id = ANY (%(ids)s::bigint[]) AND w.state = 'queued' AND w.run_after > no
 RETURNING w.id, pg_notify(%(channel)s, w.queue);
 
 
--- name: wire_flow_blocked
+-- name: queue_flow_blocked
 -- Before a poll, under the per-queue locks of the wire queues under flow control: the queues
 -- that may hand nothing out (paused, max_running full, rate spent: reservations count, each
 -- one ack away from a slot and a start), and the groups with no room, as queue || chr(31) ||
@@ -272,7 +272,7 @@ SELECT coalesce(array_agg(v.name) FILTER (WHERE v.blocked), '{}'::text[]),
 FROM v;
 
 
--- name: wire_ack_flow_check
+-- name: item_ack_flow_check
 -- Before an ack of an item of a wire queue under flow control, under that queue's lock
 -- (wire_ack_lock): may it start now? Its own live reservation already counts in every figure
 -- (slots, starts, its group), so it is taken back out. One row (queue, paused, has_slot,

@@ -41,7 +41,7 @@ WHERE k.key_hash = %(digest)s;
 -- a revived stale worker's ack/heartbeat/stop hit 404; the first hand-out keeps its id.
 -- Queues whose max_running is full (wire_full_queues, under the caller's per-queue advisory
 -- lock) are skipped and left untouched, and so are the queues and groups flow control holds
--- back (wire_flow_blocked in controls.sql; flow_wire_gate in workqueue/sql.py).
+-- back (queue_flow_blocked in controls.sql; flow_wire_gate in workqueue/sql.py).
 -- They come in as a plain array rather than a CTE so
 -- the planner keeps walking work_items_poll_idx in order and stops at the first row.
 -- Two bounded side jobs ride along as data-modifying CTEs (Postgres runs them whether or

@@ -182,7 +182,7 @@ class WireLane:
                 params["full_queues"] = [r[0] for r in full]
             if flow:
                 blocked, groups = sql.run(
-                    "wire_flow_blocked",
+                    "queue_flow_blocked",
                     {"queues": flow_names, "caps": [c.max_running for c in flow], **controls.flow_params(flow)},
                     using=self.db,  # type: ignore[attr-defined]
                     queries=sql.CONTROLS,
@@ -239,7 +239,7 @@ class WireLane:
         """
         settings = wq_settings()
         # Queues under flow control, read now (an ack is rare next to a claim): their pause and
-        # limits, overrides included, are checked by wire_ack_flow_check under the same lock.
+        # limits, overrides included, are checked by item_ack_flow_check under the same lock.
         flow = controls.wire_flow_queues(fresh=True, using=self.db)  # type: ignore[attr-defined]
         flow_names = [c.name for c in flow]
         capped = [c for c in settings.capped_wire_queues() if c.name not in flow_names]
@@ -257,7 +257,7 @@ class WireLane:
                 check = []
                 if flow:
                     check = sql.run(
-                        "wire_ack_flow_check",
+                        "item_ack_flow_check",
                         {
                             "environment_id": environment_id,
                             "work_id": work_id,
