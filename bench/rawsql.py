@@ -43,6 +43,7 @@ def insert_single(conninfo: str, n: int, queue: str) -> float:
                     "trace_context": None,
                     "over_wire": False,
                     "channel": "bench_raw",
+                    "group": None,
                 },
             ).fetchall()
         return n / (time.perf_counter() - started)
@@ -67,6 +68,7 @@ def insert_bulk(conninfo: str, n: int, queue: str, per_statement: int = 1000) ->
                     "max_attempts": [5] * size,
                     "metadatas": [Jsonb({})] * size,
                     "over_wires": [False] * size,
+                    "groups": [None] * size,
                 },
             ).fetchall()
         return n / (time.perf_counter() - started)
@@ -162,6 +164,7 @@ def _ops_loop(conninfo: str, n: int, batch: int, lease: float, out) -> None:
                     "delay": 0.0,
                     "run_after": None,
                     "queue_channel": "bench_raw",
+                    "group": None,
                     "relaxed": False,
                 },
             ).fetchall()
