@@ -28,7 +28,8 @@ from workqueue.exceptions import (
     WorkConflict,
     WorkNotFound,
 )
-from workqueue.items import Item
+from workqueue.items import METADATA_MAX_KEYS, Item
+from workqueue.managers import WorkItemManager
 
 WIRE = sql.load("wire.sql")
 
@@ -97,7 +98,7 @@ def decode_cursor(cursor: str) -> tuple[dt.datetime, int]:
 
 
 class WireLane:
-    """Mixed into WorkItemManager: the verbs the HTTP pull API calls."""
+    """The wire lane: the verbs the HTTP pull API calls, mixed into ``WireItemManager``."""
 
     def _wire(self, name: str, params: dict) -> list[tuple]:
         return sql.run(name, params, using=self.db, queries=WIRE)  # type: ignore[attr-defined]
@@ -335,8 +336,6 @@ class WireLane:
         The caller validates the patch (``workqueue.wire.serializers.metadata_patch``); a
         merge that would leave more than 16 keys is refused and changes nothing.
         """
-        from workqueue.managers import METADATA_MAX_KEYS  # (managers imports this module)
-
         if not patch:
             return self._wire_item(environment_id, work_id)
         upserts = {k: v for k, v in patch.items() if v is not None}
@@ -402,6 +401,10 @@ class WireLane:
         """``stats`` for every self_hosted environment at once (metrics), keyed by id."""
         rows = self._wire("wire_stats", {"environment_id": None, "window_s": wq_settings().polling_window})
         return {r[0]: WorkStats(r[1], r[2], r[3], r[4]) for r in rows}
+
+
+class WireItemManager(WireLane, WorkItemManager):
+    """``WorkItem.objects``: the core verbs (workqueue.managers) and the wire lane's."""
 
 
 def parse_timestamp(text: object) -> dt.datetime | None:
