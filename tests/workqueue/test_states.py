@@ -17,7 +17,8 @@ from workqueue.models import HELD_STATES, LIVE_STATES, UNSETTLED_STATES, Environ
 from workqueue.wire.store import WIRE
 
 SQL_FILES = sorted([*ROOT.glob("workqueue/sql/*.sql"), *ROOT.glob("operations/sql/*.sql")])
-WORK_ITEM_NAMES = {s.value for s in states.State} | {o.value for o in states.Outcome}
+STATE_NAMES = {s.value for s in states.State}
+WORK_ITEM_NAMES = STATE_NAMES | {o.value for o in states.Outcome}
 # An IN (or = ANY / <> ALL ARRAY[...]) list of two or more string literals.
 LITERAL_LIST = re.compile(r"(?:\bIN\s*\(|\bARRAY\s*\[)\s*('[^']*'(?:\s*,\s*'[^']*')+)\s*[)\]]", re.I)
 RENDERED = {
@@ -36,22 +37,26 @@ def sql_text(path) -> str:
     return "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("--"))
 
 
-def hand_typed_lists(text: str, *, any_names: bool) -> list[str]:
-    """The literal lists in text that type work-item states or outcomes by hand (any literal
-    list at all when any_names: workqueue's own files name nothing but work items)."""
+def hand_typed_lists(text: str, *, outcomes: bool) -> list[str]:
+    """The literal lists in text that type work-item states (or, when outcomes, outcomes too:
+    in workqueue's files they can only be work items') by hand. Operations' own states
+    (pending, running, succeeded, ...) are not work items'."""
+    names = WORK_ITEM_NAMES if outcomes else STATE_NAMES
     found = []
     for match in LITERAL_LIST.finditer(text):
         values = set(re.findall(r"'([^']*)'", match.group(1)))
-        if any_names or values & WORK_ITEM_NAMES:
+        if values & names:
             found.append(match.group(0))
     return found
 
 
 def test_the_detector_sees_a_hand_typed_state_list():
-    assert hand_typed_lists("WHERE w.state IN ('starting', 'active')", any_names=False)
-    assert hand_typed_lists("w.outcome = ANY (ARRAY['failed','cancelled'])", any_names=False)
-    assert not hand_typed_lists("o.state IN ('pending', 'running')", any_names=False)
-    assert not hand_typed_lists("w.state = 'queued'", any_names=True)
+    assert hand_typed_lists("WHERE w.state IN ('starting', 'active')", outcomes=False)
+    assert hand_typed_lists("w.outcome = ANY (ARRAY['failed','cancelled'])", outcomes=True)
+    assert not hand_typed_lists("o.state IN ('pending', 'running')", outcomes=False)
+    assert not hand_typed_lists("o.state IN ('succeeded', 'failed', 'cancelled')", outcomes=False)
+    assert not hand_typed_lists("name = ANY (ARRAY['recover', 'reap'])", outcomes=True)
+    assert not hand_typed_lists("w.state = 'queued'", outcomes=True)
 
 
 def test_no_sql_file_hand_types_a_state_set():
@@ -59,7 +64,7 @@ def test_no_sql_file_hand_types_a_state_set():
     typed = {}
     for path in SQL_FILES:
         rel = str(path.relative_to(ROOT))
-        found = hand_typed_lists(sql_text(path), any_names=rel.startswith("workqueue/"))
+        found = hand_typed_lists(sql_text(path), outcomes=rel.startswith("workqueue/"))
         if found:
             typed[rel] = found
     assert not typed, f"render these from workqueue/states.py ({{states:NAME}}): {typed}"
@@ -80,7 +85,7 @@ def test_every_state_set_renders_exactly_what_states_py_says():
 def test_every_set_a_statement_names_exists_and_python_uses_the_same_sets():
     named = set()
     for path in [*SQL_FILES, ROOT / "workqueue/sql/fragments.sql"]:
-        named |= set(re.findall(r"\{states:(\w+)\}", path.read_text()))
+        named |= set(re.findall(r"\{states:(\w+)\}", sql_text(path)))
     assert {"live", "held", "running", "unsettled"} <= named <= set(states.STATE_SETS)
     # The model's sets are states.py's, not copies.
     assert (LIVE_STATES, HELD_STATES, UNSETTLED_STATES) == (
@@ -106,9 +111,8 @@ def test_operations_sql_never_names_work_items_and_shares_the_item_fragments():
     for path in ROOT.glob("operations/sql/*.sql"):
         lines = [n for n, line in enumerate(path.read_text().splitlines(), 1) if "work_items" in line]
         assert not lines, f"{path.name} names work_items on lines {lines}: use a workqueue/sql/fragments.sql fragment"
-    raw = {p.name: p.read_text() for p in [ROOT / "workqueue/sql/queries.sql", ROOT / "operations/sql/queries.sql"]}
-    enqueue = raw["queries.sql"].split("-- name: item_enqueue\n")[1].split("-- name:")[0]
-    assert "{item_insert:" in enqueue and "{item_insert:" in raw["queries.sql"]
+    enqueue = (ROOT / "workqueue/sql/queries.sql").read_text().split("-- name: item_enqueue\n")[1].split("-- name:")[0]
+    assert "{item_insert:" in enqueue
     op_start = (ROOT / "operations/sql/queries.sql").read_text().split("-- name: op_start\n")[1].split("-- name:")[0]
     assert "{item_insert:" in op_start
     # Rendered, both insert through the same text.

@@ -30,6 +30,7 @@ from workqueue.exceptions import (
 )
 from workqueue.items import METADATA_MAX_KEYS, Item
 from workqueue.managers import WorkItemManager
+from workqueue.states import RUNNING_STATES, State
 
 WIRE = sql.load("wire.sql")
 
@@ -253,7 +254,7 @@ class WireLane:
                 )
             raise WorkConflict(f"work item {work_id!r} cannot be acknowledged now: {why}")
         item = self._wire_item(environment_id, work_id)
-        if item.state in ("starting", "active"):
+        if item.state in RUNNING_STATES:
             return item
         raise WorkConflict(f"work item {work_id!r} is {item.state}; only a queued item can be acknowledged")
 
@@ -292,7 +293,7 @@ class WireLane:
                 return Heartbeat(item.last_heartbeat_at, True, item.state, math.ceil(ttl))
         item, seconds_left = self._wire_lease(environment_id, work_id)
         current = Heartbeat(item.last_heartbeat_at, False, item.state, seconds_left)
-        if item.state in ("stopping", "stopped"):
+        if item.state in (State.STOPPING, State.STOPPED):
             return current
         if claim:
             why = (
