@@ -14,7 +14,7 @@ from django.db import DEFAULT_DB_ALIAS
 from operations.conf import configured_table, ops_settings
 from operations.models import Operation
 from workqueue import sql
-from workqueue.sql import RELAXED_FRAGMENT, Statements
+from workqueue.sql import Statements
 
 OP_COLUMNS = [f.attname for f in Operation._meta.concrete_fields]
 LIGHT_COLUMNS = [c for c in OP_COLUMNS if c not in ("request", "attempt_log")]
@@ -42,13 +42,14 @@ def _notify(op_id_expression: str) -> str:
 QUERIES = Statements(
     Path(__file__).with_name("sql") / "queries.sql",
     {
+        # workqueue's work-item fragments and state sets: every work_items write is theirs.
+        **sql.shared_fragments(),
         "table": configured_table(),
         "watches": WATCHES_TABLE,
         "op_light": ", ".join(f"o.{c}" for c in LIGHT_COLUMNS),
         "op": ", ".join(f"o.{c}" for c in OP_COLUMNS),
         "op_run": ", ".join(f"o.{c}" for c in RUN_COLUMNS),
         "notify": _notify,
-        "relaxed": RELAXED_FRAGMENT,
         "open_attempt": (
             f"(CASE WHEN jsonb_array_length(o.attempt_log) >= {ATTEMPT_LOG_LIMIT} THEN o.attempt_log - 0 "
             "ELSE o.attempt_log END) || jsonb_build_array(jsonb_build_object("

@@ -31,7 +31,7 @@ from workqueue import dashboard, handlers
 from workqueue.conf import wq_settings
 from workqueue.environments import create_api_key, create_environment, rotate_environment_key
 from workqueue.models import ApiKey, Environment, MaintenanceRun, Outcome, QueueDashboard, State, Worker, WorkItem
-from workqueue.templatetags.workqueue_admin import DASH, duration, lease_text, seconds_between
+from workqueue.templatetags.workqueue_admin import DASH, badge, duration, lease_text, seconds_between
 
 #: Badge tone of each state; a stopped item takes the tone of its outcome.
 STATE_TONES: dict[str, str] = {
@@ -49,10 +49,6 @@ OUTCOME_TONES: dict[str, str] = {
 }
 #: An action refuses selections larger than this (narrow the filter instead).
 MAX_ACTION_ITEMS = 10_000
-
-
-def badge(label: str, tone: str, title: str = "") -> str:
-    return format_html('<span class="wq-badge wq-tone-{}" title="{}">{}</span>', tone, title, label)
 
 
 def state_badge(state: str, outcome: str | None = None) -> str:

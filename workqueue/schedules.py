@@ -215,7 +215,7 @@ def validate(fields: dict, *, name: str | None = None) -> dict:
     Raises InvalidSchedule naming the schedule and what to fix; used by the settings sync,
     the system checks, the command and the admin form alike.
     """
-    from workqueue.managers import validate_metadata
+    from workqueue.items import validate_metadata
 
     name = name if name is not None else fields.get("name")
     where = f"schedule {name!r}: "
