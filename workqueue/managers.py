@@ -323,7 +323,7 @@ class WorkItemManager(models.Manager):
                 item = Item.from_claimed(row)
                 item.claimed_by = worker_id
                 (result.items if item.state == "active" else result.settled).append(item)
-            hooks.settled(result.settled, "attempts_exhausted")
+            hooks.items_moved(result.settled, hooks.MoveReason.ATTEMPTS_EXHAUSTED)
         return result
 
     def extend(self, item: Item, lease: float | None = None) -> dt.datetime:
@@ -429,7 +429,7 @@ class WorkItemManager(models.Manager):
                 using=self.db,
             )
             released = {(r[0], r[1]) for r in rows}
-            hooks.settled([i for i in items if (i.id, i.lease_token) in released], "released")
+            hooks.items_moved([i for i in items if (i.id, i.lease_token) in released], hooks.MoveReason.RELEASED)
         return sorted({item_id for item_id, _token in released})
 
     def release_lost_connection(self, item: Item, error: str) -> bool:
@@ -443,7 +443,7 @@ class WorkItemManager(models.Manager):
                 using=self.db,
             )
             if rows:
-                hooks.settled([item], "released")
+                hooks.items_moved([item], hooks.MoveReason.RELEASED)
         return bool(rows)
 
     def assert_held(self, item: Item) -> None:
@@ -463,7 +463,7 @@ class WorkItemManager(models.Manager):
             _check_queue(queue)
         with transaction.atomic(using=self.db, savepoint=False):
             items = [Item.from_row(r) for r in sql.run("item_cancel_key", {"key": key, "queue": queue}, using=self.db)]
-            hooks.settled(items, "cancelled")
+            hooks.items_moved(items, hooks.MoveReason.CANCELLED)
         return items
 
     # -- operators --------------------------------------------------------------------
@@ -472,12 +472,12 @@ class WorkItemManager(models.Manager):
         """Stop the given items now (outcome cancelled); their holders lose their leases."""
         with transaction.atomic(using=self.db, savepoint=False):
             items = [Item.from_row(r) for r in sql.run("item_force_stop", {"ids": list(ids)}, using=self.db)]
-            hooks.settled(items, "force_stopped")
+            hooks.items_moved(items, hooks.MoveReason.FORCE_STOPPED)
         return items
 
     def requeue_now(self, ids: Iterable[int]) -> list[Item]:
         """Make the given unsettled items ready now; holders lose their leases."""
         with transaction.atomic(using=self.db, savepoint=False):
             items = [Item.from_row(r) for r in sql.run("item_requeue_now", {"ids": list(ids)}, using=self.db)]
-            hooks.settled(items, "requeued")
+            hooks.items_moved(items, hooks.MoveReason.REQUEUED)
         return items

@@ -183,7 +183,7 @@ class WireLane:
                     result.finalized.append(item)
                 else:
                     result.exhausted.append(item)
-            hooks.settled(result.exhausted, "attempts_exhausted")
+            hooks.items_moved(result.exhausted, hooks.MoveReason.ATTEMPTS_EXHAUSTED)
         return result
 
     def record_poll(self, environment_id: str, worker_id: str) -> None:
