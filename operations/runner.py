@@ -35,6 +35,7 @@ from operations.exceptions import UnknownKind
 from operations.models import Result
 from operations.registry import registry
 from operations.reporter import Attempt, Reporter, flusher
+from operations.store import Hold
 
 log = logging.getLogger("operations.runner")
 
@@ -106,24 +107,19 @@ def handle(item, ctx) -> None:
 
     conf = ops_settings()
     using = ctx.using
-    common = {"id": item.key, "item_id": item.id, "token": item.lease_token}
-    rows = store.run(
-        "op_begin",
-        {**common, "lease": conf.lease, "worker_id": ctx.worker_id, "relaxed": store.may_relax(using)},
-        using=using,
-    )
-    if not rows:
+    common = Hold(id=item.key, item_id=item.id, token=item.lease_token)
+    op = store.begin(**common, lease=conf.lease, worker_id=ctx.worker_id, using=using)
+    if op is None:
         with transaction.atomic(using=using):
-            ended = store.run("op_settle_unbegun", common, using=using)
-            if ended and ended[0][1] == "cancelled":
+            ended = store.settle_unbegun(**common, using=using)
+            if ended == "cancelled":
                 log.info("%s: cancellation was requested while no run was alive; cancelled", item.key)
             elif ended:
                 log.warning("%s: attempts exhausted; failed", item.key)
             else:
-                store.run("op_item_noop", common, using=using)
+                store.item_noop(**common, using=using)
         ctx.settled = True
         return
-    op = store.to_operation(rows[0], store.RUN_COLUMNS, using=using)
     attempt = Attempt(id=op.id, number=op.attempts, final=op.attempts >= op.max_attempts)
     reporter = Reporter(
         op_id=op.id,
@@ -196,7 +192,7 @@ def handle(item, ctx) -> None:
         raise failure
 
 
-def _succeeded(reporter: Reporter, common: dict, result) -> str | None:
+def _succeeded(reporter: Reporter, common: Hold, result) -> str | None:
     uri, detail = "", None
     if isinstance(result, Result):
         uri, detail = result.uri or "", result.detail
@@ -233,7 +229,7 @@ def _succeeded(reporter: Reporter, common: dict, result) -> str | None:
     return _finish(reporter, common, state="succeeded", uri=uri, detail=encoded, all_done=True, outcome="succeeded")
 
 
-def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attempt, delay: float) -> str | None:
+def _failed(reporter: Reporter, common: Hold, exc: BaseException, attempt: Attempt, delay: float) -> str | None:
     """Record a failed attempt: released for a retry (None: not an end) or ended (the state recorded)."""
     code = exc.code if isinstance(exc, Fail) else CODE_INTERNAL
     message = exc.message if isinstance(exc, Fail) else f"{type(exc).__name__}: {exc}"
@@ -247,16 +243,16 @@ def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attem
             reporter, common, state="failed", code=code, message=message, retryable=retryable, exc=exc, cancel_wins=True
         )
     log.info("%s attempt %d failed (%s), retrying", reporter.op_id, attempt.number, code)
-    params = {
-        **common,
-        **reporter.snapshot(),
-        "error_code": code,
-        "error_message": _clip(message),
-        "delay": delay,
-        "attempt": json.dumps(attempt_entry(exc, code, message, outcome="retried")),
-    }
     try:
-        if store.run("op_release", params, using=reporter.using):
+        if store.release(
+            **common,
+            progress=reporter.snapshot(),
+            error_code=code,
+            error_message=_clip(message),
+            delay=delay,
+            attempt=json.dumps(attempt_entry(exc, code, message, outcome="retried")),
+            using=reporter.using,
+        ):
             return None
     except Exception:
         log.exception(
@@ -271,7 +267,7 @@ def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attem
 
 def _finish(
     reporter: Reporter,
-    common: dict,
+    common: Hold,
     *,
     state: str,
     code: str = "",
@@ -285,25 +281,24 @@ def _finish(
     outcome: str = "",
 ) -> str | None:
     """Record the end: the state written (``cancel_wins`` may make a failure cancelled), or None."""
-    params = {
-        **common,
-        **reporter.snapshot(),
-        "state": state,
-        "error_code": code,
-        "error_message": _clip(message),
-        "error_retryable": retryable,
-        "result_uri": uri,
-        "result_detail": detail,
-        "all_done": all_done,
-        "cancel_wins": cancel_wins,
-        "attempt": json.dumps(attempt_entry(exc, code, message, outcome=outcome or state)),
-    }
     try:
-        rows = store.run("op_finish", params, using=reporter.using)
+        written = store.finish(
+            **common,
+            progress=reporter.snapshot(),
+            state=state,
+            error_code=code,
+            error_message=_clip(message),
+            error_retryable=retryable,
+            result_uri=uri,
+            result_detail=detail,
+            all_done=all_done,
+            cancel_wins=cancel_wins,
+            attempt=json.dumps(attempt_entry(exc, code, message, outcome=outcome or state)),
+            using=reporter.using,
+        )
     except Exception:
         log.exception("%s: could not record its end; its lease will lapse and recover will re-offer it", reporter.op_id)
         return None
-    if not rows:
+    if written is None:
         log.warning("%s: finished after losing its hold; its result was not recorded", reporter.op_id)
-        return None
-    return rows[0][1]
+    return written

@@ -29,15 +29,11 @@ def on_settled(items, reason: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
     ids = [item.key for item in ours]
     if reason in _SETTLE:
         state, code, message = _SETTLE[reason]
-        store.run(
-            "op_settle_from_queue",
-            {"ids": ids, "state": state, "error_code": code, "error_message": message},
-            using=using,
-        )
+        store.settle_from_queue(ids, state=state, error_code=code, error_message=message, using=using)
     elif reason == "requeued":
-        store.run("op_expire_lease", {"ids": ids}, using=using)
+        store.expire_lease(ids, using=using)
     elif reason == "released":
-        store.run("op_release_held", {"ids": ids, "tokens": [item.lease_token for item in ours]}, using=using)
+        store.release_held(ids, [item.lease_token for item in ours], using=using)
 
 
 def recover_sweep(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str, int]:
