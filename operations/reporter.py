@@ -20,8 +20,12 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.db import DEFAULT_DB_ALIAS, connections
+
+if TYPE_CHECKING:
+    from operations.models import Operation
 
 log = logging.getLogger("operations.reporter")
 
@@ -120,7 +124,7 @@ class Reporter:
         self._flushed = (count, 0)
         self._lock = threading.Lock()
         self.last_flush = time.monotonic()
-        self.operation = None  # the row as begin left it (set by the runner)
+        self.operation: Operation | None = None  # the row as begin left it (set by the runner)
         self.held = True
         self.cancel_requested = False
         self.revision = 0

@@ -3,7 +3,8 @@
 Outcomes:
 
 - run returns → succeeded (cancelled instead when the run saw a requested cancellation);
-- ``Fail(code, ...)`` → retried under that code; wrapped in ``Unretryable`` → failed now;
+- ``Fail(code, ...)`` → retried under that code; wrapped in ``Unretryable`` (or
+  ``retryable=False``) → failed now, recorded as the wrapped exception;
 - any other exception → retried, recorded under ``internal``;
 - an exception while cancellation is requested → cancelled (code ``cancelled``);
 - attempts spent → failed ``attempts_exhausted`` carrying the last error;
@@ -73,14 +74,38 @@ class Fail(Exception):
         self.retryable = retryable
 
 
-def Unretryable(exc: BaseException) -> BaseException:
-    """Mark an exception as one that must not be retried (``raise Unretryable(Fail(...))``)."""
-    exc.retryable = False  # type: ignore[attr-defined]
-    return exc
+class Unretryable(Exception):
+    """Raise to fail the operation now, without retrying: ``raise Unretryable(Fail("code", ...))``,
+    or ``raise Unretryable(exc)`` for any exception (recorded under ``internal``).
+
+    The attempt records the wrapped exception (its type, code, message and the traceback of
+    the ``raise``), not this marker. ``Fail("code", ..., retryable=False)`` says the same.
+    """
+
+    def __init__(self, exception: BaseException):
+        if not isinstance(exception, BaseException):
+            raise TypeError(f"Unretryable wraps an exception, not {type(exception).__name__}")
+        super().__init__(exception)
+        self.exception = exception
+
+    def unwrap(self) -> BaseException:
+        """The wrapped exception, carrying this raise's traceback and chain if it had none."""
+        inner = self.exception
+        if isinstance(inner, Unretryable):
+            inner = inner.unwrap()
+        if inner.__traceback__ is None:
+            inner = inner.with_traceback(self.__traceback__)
+        if inner.__cause__ is None and inner.__context__ is None:
+            # `except E as exc: raise Unretryable(exc)` has exc as this raise's context.
+            inner.__cause__ = self.__cause__
+            inner.__context__ = self.__context__ if self.__context__ is not inner else None
+            inner.__suppress_context__ = self.__suppress_context__
+        return inner
 
 
 def is_unretryable(exc: BaseException) -> bool:
-    return getattr(exc, "retryable", True) is False
+    """Whether ``exc`` must not be retried (an ``Unretryable``, or a ``Fail(retryable=False)``)."""
+    return isinstance(exc, Unretryable) or getattr(exc, "retryable", True) is False
 
 
 def _clip(text: str, limit: int = MAX_MESSAGE) -> str:
@@ -176,8 +201,11 @@ def handle(item, ctx) -> None:
         log.warning("%s: stopped by its worker; not recorded", op.id)
         return
     if failure is not None:
+        retryable = not is_unretryable(failure)
+        if isinstance(failure, Unretryable):
+            failure = failure.unwrap()  # what the run raised is what the attempt records
         delay = definition.delay_after(op.request, attempt.number, conf.retry_delay)
-        state = _failed(reporter, common, failure, attempt, delay)
+        state = _failed(reporter, common, failure, attempt, delay, retryable=retryable)
     else:
         state = _succeeded(reporter, common, result)
     ctx.settled = True
@@ -229,11 +257,12 @@ def _succeeded(reporter: Reporter, common: Hold, result) -> str | None:
     return _finish(reporter, common, state="succeeded", uri=uri, detail=encoded, all_done=True, outcome="succeeded")
 
 
-def _failed(reporter: Reporter, common: Hold, exc: BaseException, attempt: Attempt, delay: float) -> str | None:
+def _failed(
+    reporter: Reporter, common: Hold, exc: BaseException, attempt: Attempt, delay: float, *, retryable: bool
+) -> str | None:
     """Record a failed attempt: released for a retry (None: not an end) or ended (the state recorded)."""
     code = exc.code if isinstance(exc, Fail) else CODE_INTERNAL
     message = exc.message if isinstance(exc, Fail) else f"{type(exc).__name__}: {exc}"
-    retryable = not is_unretryable(exc)
     if not retryable or attempt.final:
         if retryable:
             prefix = INTERNAL_PREFIX if code == CODE_INTERNAL else ""

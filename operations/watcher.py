@@ -183,7 +183,7 @@ class Watcher:
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._listen_token = None
+        self._listen_token: int | None = None
         self.reads = 0  # queries issued by the loop (one per wake)
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.follow_ttl = max(30.0, 5 * poll)
@@ -360,6 +360,17 @@ class Watcher:
                             self._remove(sub)
         finally:
             connections[self.using].close()
+
+
+def watch(op_id: str, *, owner: str | None = None) -> Subscription:
+    """Follow one operation from this process: ``operations.watch(op_id)``.
+
+    Iterate the returned subscription for snapshots (``Operation`` instances, newest wins: a
+    slow reader skips intermediate ones), ending after the terminal one; ``get(timeout)``
+    waits for the next. Close it, or use it as a context manager, to stop following early.
+    Scoped to ``owner`` when given; raises ``OperationNotFound``, ``TooManyWatchers``.
+    """
+    return shared().watch(op_id, owner=owner)
 
 
 _shared: Watcher | None = None
