@@ -34,15 +34,11 @@ def on_items_moved(items, reason: MoveReason, *, using: str = DEFAULT_DB_ALIAS) 
     ids = [item.key for item in ours]
     if reason in _SETTLE:
         state, code, message = _SETTLE[reason]
-        store.run(
-            "op_settle_from_queue",
-            {"ids": ids, "state": state, "error_code": code, "error_message": message},
-            using=using,
-        )
+        store.settle_from_queue(ids, state=state, error_code=code, error_message=message, using=using)
     elif reason == MoveReason.REQUEUED:
-        store.run("op_expire_lease", {"ids": ids}, using=using)
+        store.expire_lease(ids, using=using)
     elif reason == MoveReason.RELEASED:
-        store.run("op_release_held", {"ids": ids, "tokens": [item.lease_token for item in ours]}, using=using)
+        store.release_held(ids, [item.lease_token for item in ours], using=using)
 
 
 def recover_sweep(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str, int]:

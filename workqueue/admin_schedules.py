@@ -52,6 +52,7 @@ class ScheduleForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
+        assert data is not None  # ModelForm.clean returns cleaned_data
         if self.errors:
             return data
         fields = {k: data.get(k) for k in self.Meta.fields if k != "enabled"}

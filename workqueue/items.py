@@ -36,7 +36,7 @@ class Item:
     state: str
     outcome: str | None
     priority: int
-    run_after: dt.datetime
+    run_after: dt.datetime | None  # None on an item made from a claim's row, which does not read it
     attempts: int
     max_attempts: int
     lease_token: UUID | None

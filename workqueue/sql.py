@@ -259,10 +259,11 @@ def _cursor(using: str):
         # unprepared while ours ask for it.
         if raw.prepare_threshold is None:
             raw.prepare_threshold = 1 << 30
-        cur = _PreparedCursor(raw)
+        cur: psycopg.Cursor = _PreparedCursor(raw)
     else:
         cur = psycopg.Cursor(raw)
-    return conn.make_debug_cursor(cur) if conn.queries_logged else conn.make_cursor(cur)
+    # The stubs say these take Django's CursorWrapper; Django passes them the driver's cursor.
+    return conn.make_debug_cursor(cur) if conn.queries_logged else conn.make_cursor(cur)  # type: ignore[arg-type]
 
 
 def run(name: str, params: dict | None = None, *, using: str = DEFAULT_DB_ALIAS, queries=QUERIES) -> list[tuple]:
