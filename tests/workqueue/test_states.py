@@ -163,3 +163,22 @@ def test_claim_poll_and_recover_fail_a_spent_lapsed_item_with_the_same_last_erro
         item = row(key)
         assert (item.state, item.outcome, item.reclaimed, item.lease_token) == ("stopped", "failed", True, None), key
         assert item.last_error == LAPSED_ERROR.format(n=2), key
+
+
+def test_fragments_take_their_arguments_and_may_use_fragments(tmp_path):
+    frags = tmp_path / "f.sql"
+    frags.write_text(
+        "-- fragment: pick(a, b)\n-- what it does\ncoalesce($a, $b) IN {states:$b_set}\n"
+        "-- fragment: pair(x)\n{pick:$x, 'q,(r)'}\n"
+        "-- fragment: flat()\nSELECT 1\n"
+    )
+    loaded = sql.load_fragments(frags)
+    assert loaded["flat"] == "SELECT 1"
+    assert sql.split_args("f(a, b), 'c, d', e") == ["f(a, b)", "'c, d'", "e"]
+    with pytest.raises(ValueError, match=r"fragment pick takes \(a, b\), got 'x'"):
+        loaded["pick"]("x")
+    with pytest.raises(KeyError):  # $b_set is not an argument of pick
+        sql.render("{pick:1, 2}", {**sql.shared_fragments(), **loaded})
+    loaded["pick"].text = "coalesce($a, $b) IN {states:held}"
+    rendered = sql.render("{pair:w.x}", {**sql.shared_fragments(), **loaded})
+    assert rendered == "coalesce(w.x, 'q,(r)') IN ('starting', 'active', 'stopping')"
