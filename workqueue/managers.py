@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from django.db import models, transaction
 from django.db.models import F, Q
@@ -207,7 +208,7 @@ class WorkItemManager(models.Manager):
             using=self.db,
         )
         if not rows:
-            raise UnknownEnvironment(env_id)
+            raise UnknownEnvironment(str(env_id))
         row = rows[0]
         return Item.from_row(row), bool(row[len(sql.ITEM_COLUMNS)])
 
@@ -267,8 +268,8 @@ class WorkItemManager(models.Manager):
             return []
         env_ids = {e for e in cols["environment_ids"] if e is not None}
         if env_ids:
-            environments = self.model._meta.get_field("environment").related_model
-            known = set(environments.objects.using(self.db).filter(pk__in=env_ids).values_list("pk", flat=True))
+            environments = cast("type[models.Model]", self.model._meta.get_field("environment").related_model)
+            known = set(environments._default_manager.using(self.db).filter(pk__in=env_ids).values_list("pk", flat=True))
             if env_ids - known:
                 raise UnknownEnvironment(sorted(env_ids - known)[0])
         with transaction.atomic(using=self.db, savepoint=False):
@@ -384,7 +385,8 @@ class WorkItemManager(models.Manager):
         )
         # (id, proof): an old and a new claim of one item in one batch are told apart.
         done = {(r[0], r[1]) for r in rows}
-        settled, lost = [], []
+        settled: list[Item] = []
+        lost: list[Item] = []
         # The Items keep their proof: a settlement inside the caller's transaction can still
         # roll back, and then the proof is what the holder (and its lease keeper) needs.
         for item in items:

@@ -77,6 +77,7 @@ def _items(rows) -> list[Item]:
 
 def encode_cursor(item: Item) -> str:
     """An opaque keyset cursor for the page after ``item``: (created_at, internal id)."""
+    assert item.created_at is not None, "a stored item always has created_at"
     raw = f"{item.created_at.astimezone(dt.UTC).isoformat()}|{item.id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 

@@ -36,12 +36,16 @@ class Context:
 
     @property
     def cancelled(self) -> threading.Event:
-        return self._hold.cancelled if self._hold is not None else self._cancelled
+        if self._hold is not None:
+            return self._hold.cancelled
+        assert self._cancelled is not None  # made in __init__ whenever there is no hold
+        return self._cancelled
 
     def is_cancelled(self) -> bool:
         """Whether the handler was told to stop (a non-blocking check)."""
         if self._hold is not None:
             return self._hold.is_cancelled()
+        assert self._cancelled is not None  # made in __init__ whenever there is no hold
         return self._cancelled.is_set()
 
     @property

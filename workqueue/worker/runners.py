@@ -121,7 +121,7 @@ class ThreadRunnerPool:
             put(hold)
 
     def take_waiting(self) -> list[Hold]:
-        waiting = []
+        waiting: list[Hold] = []
         while True:
             try:
                 hold = self._queue.get_nowait()
