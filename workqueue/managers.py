@@ -269,7 +269,9 @@ class WorkItemManager(models.Manager):
         env_ids = {e for e in cols["environment_ids"] if e is not None}
         if env_ids:
             environments = cast("type[models.Model]", self.model._meta.get_field("environment").related_model)
-            known = set(environments._default_manager.using(self.db).filter(pk__in=env_ids).values_list("pk", flat=True))
+            known = set(
+                environments._default_manager.using(self.db).filter(pk__in=env_ids).values_list("pk", flat=True)
+            )
             if env_ids - known:
                 raise UnknownEnvironment(sorted(env_ids - known)[0])
         with transaction.atomic(using=self.db, savepoint=False):
