@@ -118,13 +118,9 @@ def describe_all(*, using: str = DEFAULT_DB_ALIAS) -> list[dict]:
     """Every known queue (and any with waiting items) as ``queues list`` shows it: paused, each
     limit's effective value and whether it is the setting or an override, and its depth (due
     items waiting)."""
-    from django.db.models import Count
-
-    from workqueue.models import WorkItem
-
     settings = wq_settings()
     rows = all_controls(using=using)
-    depth = dict(WorkItem.objects.using(using).ready().values_list("queue").annotate(n=Count("id")).order_by("queue"))
+    depth = dict(sql.run("queue_depths", using=using, queries=sql.CONTROLS))
     out = []
     for name in sorted({*known_queues(using=using), *depth}):
         eff = effective(settings.queue(name), rows.get(name))

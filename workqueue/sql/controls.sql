@@ -106,9 +106,9 @@ ready AS (
 ),
 lapsed AS (
     SELECT c.*, q.name AS queue_name, q.n AS quota, q.lease_s FROM q CROSS JOIN LATERAL (
-        SELECT w.id, true AS lapsed, w.priority, w.run_after, w.attempts >= w.max_attempts AS spent, w.group_key
+        SELECT w.id, true AS lapsed, w.priority, w.run_after, {lapsed_spent:w} AS spent, w.group_key
         FROM work_items w
-        WHERE w.state IN ('starting', 'active') AND NOT w.wire AND w.queue = q.name
+        WHERE w.state IN {states:running} AND NOT w.wire AND w.queue = q.name
           AND w.lease_expires_at < now()
           AND (w.group_key IS NULL OR w.group_key <> ALL (q.blocked))
         ORDER BY w.lease_expires_at
@@ -152,10 +152,7 @@ claimed AS (
 ),
 settled AS (
     UPDATE work_items w
-    SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL,
-        lease_expires_at = NULL, reclaimed = true,
-        last_error = format('lease lapsed on attempt %%s of %%s (the holder died or stalled); not retried',
-                            w.attempts, w.max_attempts)
+    SET {lapsed_settle:w}
     FROM candidates c
     WHERE w.id = c.id AND c.lapsed AND c.spent
     RETURNING {claimed}, w.run_after AS claim_run_after
@@ -222,7 +219,7 @@ FROM (
     WHERE f.id = ANY (%(ids)s::bigint[]) AND f.state = 'stopped' AND f.outcome = 'failed'
       AND NOT EXISTS (
           SELECT 1 FROM work_items l
-          WHERE l.queue = f.queue AND l.key = f.key AND l.state IN ('queued', 'starting', 'active')
+          WHERE l.queue = f.queue AND l.key = f.key AND l.state IN {states:live}
       )
     ORDER BY f.queue, f.key, f.id DESC
 ) AS pick
@@ -308,3 +305,12 @@ FROM f;
 -- caller holds the queue's lock, and commits this with the ack).
 INSERT INTO work_queue_starts (queue, group_key, started_at)
 SELECT w.queue, w.group_key, now() FROM work_items w WHERE w.id = %(id)s;
+
+
+-- name: queue_depths
+-- Due items waiting per queue (WorkItemQuerySet.ready(): queued, due, not reserved by a live
+-- poll), for `queues list`. Reads the queued rows only.
+SELECT w.queue, count(*)
+FROM work_items w
+WHERE w.state = 'queued' AND w.run_after <= now() AND (w.lease_expires_at IS NULL OR w.lease_expires_at <= now())
+GROUP BY w.queue;
