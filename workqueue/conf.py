@@ -314,6 +314,8 @@ class WorkqueueSettings:
     stuck_after: float
     maintenance_warn_after: float
     schedule_grace: float
+    flow_recheck: float
+    controls_cache: float
     batch: int
     concurrency: int
     recover_batch: int

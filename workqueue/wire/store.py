@@ -256,7 +256,7 @@ class WireLane:
         }
         if capped or flow:
             with transaction.atomic(using=self.db, savepoint=False):  # type: ignore[attr-defined]
-                self._wire("wire_ack_lock", {**params, "queues": params["queues"] + flow_names})
+                self._wire("wire_ack_lock", {**params, "queues": [c.name for c in capped] + flow_names})
                 check = []
                 if flow:
                     check = sql.run(
