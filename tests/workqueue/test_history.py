@@ -16,8 +16,9 @@ from django.db.models.functions import Now
 from django.test import override_settings
 
 from workqueue import reaper
-from workqueue.models import HELD_STATES, State, WorkItem
+from workqueue.models import WorkItem
 from workqueue.sql import QUERIES
+from workqueue.states import HELD_STATES, UNHELD_STATES, State
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,6 +74,7 @@ def test_settle_takes_held_items_only_whatever_the_state(state):
     WorkItem.objects.enqueue("test.noop", "k")
     WorkItem.objects.filter(key="k").update(state=state, lease_token=token)
     item = WorkItem.objects.get(key="k")
+    assert (state in HELD_STATES) is (state not in UNHELD_STATES)  # the settle says NOT IN unheld
     settled, lost = WorkItem.objects.complete_many([item])
     assert (len(settled), len(lost)) == ((1, 0) if state in HELD_STATES else (0, 1))
     assert WorkItem.objects.get(key="k").state == (State.STOPPED if state in HELD_STATES else state)
