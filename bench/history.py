@@ -316,7 +316,8 @@ def bench_history(opts, db, report) -> None:
         try:
             loaded = load_history(_conninfo(small, big), stopped, scheduled, retention)
             opts.log(f"  history: {stopped:,} stopped + {scheduled:,} scheduled loaded in {loaded:.0f}s")
-            for _ in range(opts.runs):
+
+            def on_small() -> None:
                 _use(small.name)
                 _empty()
                 before = _buffers()
@@ -325,22 +326,32 @@ def bench_history(opts, db, report) -> None:
                 _empty()
                 small_raw.append(_raw_drain(opts, small.conninfo))
                 small_enq.append(_enqueue(opts.enqueue_single))
+
+            def on_big() -> None:
                 _use(big)
                 before = _buffers()
                 big_rates.append(_drain(opts, _url(small, big))[0])
                 big_bufs.append((_buffers() - before) / opts.drain_items)
                 big_raw.append(_raw_drain(opts, _conninfo(small, big)))
                 big_enq.append(_enqueue(opts.enqueue_single))
+
+            # Alternate which goes first, so a drift in the machine's load favours neither.
+            for n in range(opts.runs):
+                for step in (on_small, on_big) if n % 2 == 0 else (on_big, on_small):
+                    step()
             _use(small.name)
             small_admin = _admin_ms()
             _use(big)
             big_admin = _admin_ms()
             plan = plans(_conninfo(small, big), opts.batch)
-            for _ in range(opts.runs):
-                without_reap.append(_drain(opts, _url(small, big))[0])
+            for n in range(opts.runs):
+                if n % 2:
+                    without_reap.append(_drain(opts, _url(small, big))[0])
                 rate, swept = _drain(opts, _url(small, big), during=_reap_loop)
                 with_reap.append(rate)
                 reaped.append(swept)
+                if not n % 2:
+                    without_reap.append(_drain(opts, _url(small, big))[0])
             sizes = _sizes(_conninfo(small, big))
         finally:
             _use(small.name)
@@ -355,7 +366,7 @@ def bench_history(opts, db, report) -> None:
 
     med = statistics.median
     label = f"big table: +{stopped:,} stopped, +{scheduled:,} scheduled"
-    note = f"batch {opts.batch}, concurrency {opts.concurrency}; runs alternate small/big"
+    note = f"batch {opts.batch}, concurrency {opts.concurrency}; small and big alternate, run by run"
     report.add("history: drain, 2 processes, small table", med(small_rates), "items/s", med(small_raw), note)
     report.add("history: drain, 2 processes, big table", med(big_rates), "items/s", med(big_raw), label)
     report.add(
