@@ -21,6 +21,7 @@ from django.core.management import call_command
 from django.db import connection, connections, transaction
 
 from bench import rawsql
+from bench.history import bench_history
 from workqueue.testing import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +45,19 @@ class Options:
     starters: int = 4  # threads starting operations / enqueuing tasks (as concurrent requests)
     rss_items: int = 200_000
     schedules: int = 1_000
-    sections: tuple[str, ...] = ("enqueue", "drain", "latency", "operations", "tasks", "wire", "schedules", "rss")
+    history_stopped: int = 1_000_000  # the history section's settled rows (bench/history.py)
+    history_scheduled: int = 100_000  # ... and its rows scheduled a day ahead
+    sections: tuple[str, ...] = (
+        "enqueue",
+        "drain",
+        "latency",
+        "operations",
+        "tasks",
+        "wire",
+        "schedules",
+        "rss",
+        "history",
+    )
     log: object = print
 
     @classmethod
@@ -62,6 +75,8 @@ class Options:
             wire_items=40,
             rss_items=2_000,
             schedules=50,
+            history_stopped=5_000,
+            history_scheduled=500,
             **kw,
         )
 
@@ -96,6 +111,8 @@ class Report:
             ceiling = f"{r.ceiling:,.0f}" if r.ceiling else ""
             ratio = f"{r.ratio:.2f}" if r.ratio is not None else ""
             value = f"{r.value:,.1f}" if r.value < 100 else f"{r.value:,.0f}"
+            if r.unit == "ratio":
+                value = f"{r.value:.2f}"
             lines.append(f"{r.name:<46} {value:>12}  {r.unit:<10} {ceiling:>12}  {ratio:>6}  {r.note}")
         if self.meta.get("quick"):
             lines.append("(--quick: too few items for these figures to mean anything; it only proves the command runs)")
@@ -679,6 +696,7 @@ SECTIONS = {
     "wire": bench_wire,
     "schedules": bench_schedules,
     "rss": bench_rss,
+    "history": bench_history,
 }
 
 

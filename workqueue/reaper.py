@@ -43,12 +43,15 @@ def fail_hard_timeouts(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | 
 def delete_stopped(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | None = None) -> int:
     """Delete stopped items older than their queue's retention."""
     queues = _known_queues()
+    default = wq_settings().queue_defaults.retention
     return sql.rowcount(
         "item_reap_stopped",
         {
             "queues": [q.name for q in queues],
             "retentions": [q.retention for q in queues],
-            "default_retention": wq_settings().queue_defaults.retention,
+            "default_retention": default,
+            # No row is past retention before the shortest retention of all: the index bound.
+            "min_retention": min([default, *(q.retention for q in queues)]),
             "now": now,
             "limit": limit or wq_settings().reap_batch,
         },

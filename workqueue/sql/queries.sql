@@ -184,11 +184,16 @@ FROM t LEFT JOIN renewed r ON r.id = t.id AND r.lease_token = t.token;
 -- Settle held items with an outcome, many at once; each row presents its own proof, so a
 -- stale proof settles nothing for that row and leaves the others alone. The proof comes
 -- back with the id: a batch may hold an old and a new claim of one item.
+-- Each presented id is looked up by primary key, so a settle costs its own rows only. The
+-- held states are written as "not unheld" (unheld: every other state, in workqueue/states.py)
+-- so the planner cannot read work_items_held_idx instead: on a table of history it estimates
+-- the held rows at one, and its generic plan for this prepared statement compared every held
+-- row of the fleet (and each settled row's entry not yet vacuumed) with every presented id.
 UPDATE work_items w
 SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
-WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN {states:held}
+WHERE w.id = t.id AND w.lease_token = t.token AND w.state NOT IN {states:unheld}
 RETURNING w.id, t.token;
 
 
@@ -339,18 +344,26 @@ RETURNING {item};
 
 
 -- name: item_reap_stopped
--- Reap: delete stopped items older than their queue's retention, a bounded batch at a time.
+-- Reap: delete stopped items older than their queue's retention, a bounded batch at a time,
+-- oldest first. The shortest retention of all (min_retention) bounds a range scan of
+-- work_items_stopped_idx, so a sweep reads the rows past retention and stops there: without
+-- that bound the per-queue retention is not an index condition, and a sweep that finds less
+-- than a batch reads every stopped row in the table (the whole history) to look for more.
+-- id = ANY(ARRAY(...)): the batch is collected first, then deleted by primary key.
 DELETE FROM work_items
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT w.id FROM work_items w
-    LEFT JOIN unnest(%(queues)s::text[], %(retentions)s::float8[]) AS r(queue, retention_s)
-           ON r.queue = w.queue
     WHERE w.state = 'stopped'
-      AND w.stopped_at < coalesce(%(now)s, now())
-                         - make_interval(secs => coalesce(r.retention_s, %(default_retention)s))
+      AND w.stopped_at < coalesce(%(now)s, now()) - make_interval(secs => %(min_retention)s)
+      AND w.stopped_at < coalesce(%(now)s, now()) - make_interval(secs => coalesce(
+              (SELECT r.retention_s
+               FROM unnest(%(queues)s::text[], %(retentions)s::float8[]) AS r(queue, retention_s)
+               WHERE r.queue = w.queue),
+              %(default_retention)s))
+    ORDER BY w.stopped_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-);
+));
 
 
 -- name: poller_prune
