@@ -29,7 +29,9 @@ import logging
 import threading
 import traceback
 
-from operations import store
+from django.db import transaction
+
+from operations import batches, store
 from operations.conf import ops_settings
 from operations.exceptions import UnknownKind
 from operations.models import Result
@@ -102,8 +104,6 @@ def attempt_entry(exc: BaseException | None, code: str = "", message: str = "", 
 
 def handle(item, ctx) -> None:
     """Run the operation ``item.key`` (the workqueue handler for the operations queues)."""
-    from django.db import transaction
-
     conf = ops_settings()
     using = ctx.using
     common = {"id": item.key, "item_id": item.id, "token": item.lease_token}
@@ -115,6 +115,8 @@ def handle(item, ctx) -> None:
     if not rows:
         with transaction.atomic(using=using):
             ended = store.run("op_settle_unbegun", common, using=using)
+            if ended:
+                batches.fan_in([ended[0][0]], using=using)
             if ended and ended[0][1] == "cancelled":
                 log.info("%s: cancellation was requested while no run was alive; cancelled", item.key)
             elif ended:
@@ -299,7 +301,14 @@ def _finish(
         "attempt": json.dumps(attempt_entry(exc, code, message, outcome=outcome or state)),
     }
     try:
-        rows = store.run("op_finish", params, using=reporter.using)
+        if getattr(reporter.operation, "parent_id", None):
+            # A child: its end and the fan-in onto its parent commit together (operations.batches).
+            with transaction.atomic(using=reporter.using):
+                rows = store.run("op_finish", params, using=reporter.using)
+                if rows:
+                    batches.fan_in([rows[0][0]], using=reporter.using)
+        else:
+            rows = store.run("op_finish", params, using=reporter.using)
     except Exception:
         log.exception("%s: could not record its end; its lease will lapse and recover will re-offer it", reporter.op_id)
         return None

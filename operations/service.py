@@ -187,12 +187,18 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
     decides (a run that never looks finishes, and succeeds); if its runner died, the next
     worker's begin ends it cancelled without running it. Terminal: returned unchanged.
     """
+    from operations import batches
+
+    if batches.is_parent(op_id, using=using):
+        return batches.cancel(op_id, owner=owner, using=using)
     with transaction.atomic(using=using, savepoint=False):
         rows = store.run("op_cancel", {"id": op_id, "owner": owner}, using=using)
         if rows:
             op = store.first_operation(rows, using=using)
             if op.state == State.CANCELLED:
                 WorkItem.objects.db_manager(using).cancel_key(op.id, queue=op.queue)
+                if op.parent_id:
+                    batches.fan_in([op.id], using=using)
             return op
     # Outside the block, so a missing id does not mark the caller's transaction for rollback.
     return get(op_id, owner=owner, using=using)
@@ -213,7 +219,9 @@ def recover(*, using: str = DEFAULT_DB_ALIAS, now=None, dry_run: bool = False) -
                 queue, op_id, priority=priority, attempts=attempts, max_attempts=max_attempts
             )
             offered += int(created)
-    return {"reoffered": offered}
+    from operations import batches
+
+    return {"reoffered": offered, **batches.recover(using=using, dry_run=dry_run)}
 
 
 def reap(*, using: str = DEFAULT_DB_ALIAS, now=None, dry_run: bool = False) -> dict[str, int]:

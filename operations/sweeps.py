@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db import DEFAULT_DB_ALIAS
 
-from operations import service, store
+from operations import batches, service, store
 from operations.conf import ops_settings
 
 # How a queue rule's settlement of a work item settles its operation.
@@ -29,11 +29,12 @@ def on_settled(items, reason: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
     ids = [item.key for item in ours]
     if reason in _SETTLE:
         state, code, message = _SETTLE[reason]
-        store.run(
+        ended = store.run(
             "op_settle_from_queue",
             {"ids": ids, "state": state, "error_code": code, "error_message": message},
             using=using,
         )
+        batches.fan_in([row[0] for row in ended], using=using)
     elif reason == "requeued":
         store.run("op_expire_lease", {"ids": ids}, using=using)
     elif reason == "released":
