@@ -60,7 +60,7 @@ _THEN_ON = {
 MAX_CHILDREN = 100_000
 MAX_PAGE = 1000
 
-__all__ = ["batch", "chain", "children", "parent_of", "previous_of", "fan_in", "cancel", "recover"]
+__all__ = ["batch", "cancel", "chain", "children", "fan_in", "parent_of", "previous_of", "recover"]
 
 
 def _queue(queue: str | None) -> str:
