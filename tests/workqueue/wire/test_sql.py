@@ -11,7 +11,7 @@ from django.db import connection
 from workqueue.wire.store import WIRE
 
 WIRE_CODE = [Path("workqueue/wire/store.py"), Path("workqueue/wire/auth.py")]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def used_names() -> set[str]:
