@@ -477,10 +477,10 @@ def bench_batch(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
     plain = next((r for r in report.rows if r.name.startswith("operations: start")), None)
     beside = f"; plain operations {plain.value:,.0f} ops/s" if plain else ""
     report.add(
-        f"batch: batch() of {n:,} no-op children → parent done, 2 workers",
+        f"batch: {n:,} no-op children → parent done",
         statistics.median(rates),
         "children/s",
-        note=f"batch() call {statistics.median(call_times):.2f}s{beside}",
+        note=f"2 workers; batch() call {statistics.median(call_times):.2f}s{beside}",
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin, messages
+from django.db import transaction
 from django.http import Http404
 from django.urls import path, reverse
 from django.utils import timezone
@@ -168,6 +169,16 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return bool(obj is None or obj.done) and super().has_delete_permission(request, obj)
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, Operation.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        """A finished batch or chain goes with its children (as reap takes them): no orphans."""
+        ids = list(queryset.values_list("pk", flat=True))
+        with transaction.atomic():
+            Operation.objects.filter(parent_id__in=ids).delete()
+            Operation.objects.filter(pk__in=ids).delete()
 
     def has_change_permission(self, request, obj=None):
         # Only the state machine moves an operation; the page is for reading and cancelling.

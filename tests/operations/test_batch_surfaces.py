@@ -134,3 +134,16 @@ def test_a_batch_of_100000_children_renders_with_the_same_bounded_queries_as_a_s
         )
         plan = "\n".join(row[0] for row in cur.fetchall())
     assert "operations_children_idx" in plan, plan
+
+
+def test_deleting_a_finished_batch_in_the_admin_deletes_its_children_too(admin_client):
+    b = operations.batch("test.ops.batch.child", [{"n": 1}] * 2)
+    operations.cancel(b.id)
+    other = operations.start("test.ops.count", {})
+    response = admin_client.post(
+        reverse("admin:operations_operation_changelist"),
+        {"action": "delete_selected", "_selected_action": [b.id], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert not Operation.objects.filter(pk=b.id).exists() and not Operation.objects.filter(parent_id=b.id).exists()
+    assert Operation.objects.filter(pk=other.id).exists()
