@@ -219,9 +219,7 @@ def recover(*, using: str = DEFAULT_DB_ALIAS, now=None, dry_run: bool = False) -
                 queue, op_id, priority=priority, attempts=attempts, max_attempts=max_attempts
             )
             offered += int(created)
-    from operations import batches
-
-    return {"reoffered": offered, **batches.recover(using=using, dry_run=dry_run)}
+    return {"reoffered": offered}
 
 
 def reap(*, using: str = DEFAULT_DB_ALIAS, now=None, dry_run: bool = False) -> dict[str, int]:

@@ -42,7 +42,8 @@ def on_settled(items, reason: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
 
 
 def recover_sweep(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str, int]:
-    return service.recover(using=using, dry_run=dry_run)
+    # Stranded operations, then children whose end was never counted on their batch or chain.
+    return {**service.recover(using=using, dry_run=dry_run), **batches.recover(using=using, dry_run=dry_run)}
 
 
 def reap_sweep(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str, int]:

@@ -188,9 +188,11 @@ def test_two_last_children_ending_at_once_settle_the_parent_exactly_once():
 
 def test_recover_and_reap_leave_a_running_batch_alone():
     b = operations.batch("test.ops.batch.child", [{"n": 1}])
-    assert operations.recover()["fanned_in"] == 0
+    from operations import sweeps
+
+    assert sweeps.recover_sweep()["fanned_in"] == 0
     Operation.objects.filter(pk=b.id).update(updated_at="2000-01-01T00:00:00Z")
-    operations.recover()
+    sweeps.recover_sweep()
     operations.reap()
     assert op_row(b.id).state == "running"
     drain()
