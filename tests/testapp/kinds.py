@@ -17,6 +17,10 @@
 - test.ops.chatty: says 2000 characters, then fails for good with a 3000-character message.
 - test.ops.typed: takes a TypedRequest dataclass.
 - test.ops.chaos.quick / .slow / .doomed / .flaky: the chaos test's mix.
+- test.ops.batch.child: a batch child: ``n`` rows after ``pause`` seconds, failing (retried) on
+  the attempts listed in ``fail_on``; test.ops.batch.doomed fails for good (code doomed);
+  test.ops.batch.then is a then: reads ``reporter.parent`` and every child, returns what it saw;
+  test.ops.chain.add is a chain step: the previous step's total plus ``add``.
 
 Every run records an OperationRun ``began`` row before it starts and a ``returned`` row when
 it returns normally (not when it raises), so tests can see what each attempt saw.
