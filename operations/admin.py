@@ -320,7 +320,7 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
         page, next_after = batches.children(parent.id, after=after, limit=self.children_per_page)
         rows = [
             {
-                "position": child.position + 1,
+                "position": (child.position or 0) + 1,
                 "url": reverse("admin:operations_operation_change", args=[child.pk]),
                 "id": child.id,
                 "kind": child.kind,
@@ -339,7 +339,7 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
             "counts": parent.child_counts(),
             "then": then,
             "then_url": reverse("admin:operations_operation_change", args=[then["id"]]) if then else None,
-            "then_started": bool(then) and Operation.objects.filter(pk=then["id"]).exists(),
+            "then_started": then is not None and Operation.objects.filter(pk=then["id"]).exists(),
         }
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):

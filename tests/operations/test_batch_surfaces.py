@@ -147,3 +147,14 @@ def test_deleting_a_finished_batch_in_the_admin_deletes_its_children_too(admin_c
     assert response.status_code == 302
     assert not Operation.objects.filter(pk=b.id).exists() and not Operation.objects.filter(parent_id=b.id).exists()
     assert Operation.objects.filter(pk=other.id).exists()
+
+
+def test_the_demo_feed_starts_a_batch_of_exports_with_a_then_and_a_chain(run_command):
+    done = run_command("demo_feed", "--rounds", "4", "--every", "0", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [batch] = Operation.objects.filter(kind="operations.batch")
+    assert batch.children_total == 4 and {c.kind for c in Operation.objects.children_of(batch.id)} == {"demo.export"}
+    assert batch.request["then"]["kind"] == "demo.bundle"
+    [chain] = Operation.objects.filter(kind="operations.chain")
+    assert chain.children_total == 3 and [s["kind"] for s in chain.request["steps"]] == ["demo.step"] * 3
+    assert f"started batch {batch.id}" in done.stdout and f"started chain {chain.id}" in done.stdout
