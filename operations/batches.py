@@ -39,7 +39,6 @@ import json
 from collections.abc import Iterable, Sequence
 
 from django.db import DEFAULT_DB_ALIAS, transaction
-from psycopg.types.json import Jsonb
 
 from operations import store
 from operations.conf import ops_settings
@@ -159,24 +158,20 @@ def _start_parent(
 ) -> Operation:
     op_id = check_id(id) if id is not None else new_id()
     labels = {spec["count_label"] for spec in [*first, *request.get("steps", [])]}
-    rows = store.run(
-        "op_parent_start",
-        {
-            "id": op_id,
-            "kind": kind,
-            "owner": owner,
-            "queue": queue,
-            "priority": priority,
-            "request": Jsonb(request),
-            "count_label": labels.pop() if len(labels) == 1 else "",
-            "total": total,
-            "children": Jsonb(first),
-            "queue_channel": wq_settings().notify_channel,
-        },
+    op = store.parent_start(
+        id=op_id,
+        kind=kind,
+        owner=owner,
+        queue=queue,
+        priority=priority,
+        request=request,
+        count_label=labels.pop() if len(labels) == 1 else "",
+        total=total,
+        children=first,
+        queue_channel=wq_settings().notify_channel,
         using=using,
     )
-    if rows:
-        op = store.first_operation(rows, using=using)
+    if op is not None:
         op.created = True
         return op
     existing = Operation.objects.using(using).get(pk=op_id)
@@ -332,7 +327,7 @@ def fan_in(ids: Iterable[str], *, using: str = DEFAULT_DB_ALIAS) -> list[tuple]:
     ids = [i for i in ids if i]
     if not ids:
         return []
-    return store.run("op_fan_in", {"ids": ids, "queue_channel": wq_settings().notify_channel}, using=using)
+    return store.fan_in(ids, queue_channel=wq_settings().notify_channel, using=using)
 
 
 def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIAS) -> Operation:
@@ -347,9 +342,9 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
         parent = service.get(op_id, owner=owner, using=using)
         if parent.done:
             return parent
-        rows = store.run("op_cancel_children", {"id": op_id}, using=using)
-        store.run("op_cancel", {"id": op_id, "owner": owner}, using=using)
-        fan_in([row[0] for row in rows if row[1] == State.CANCELLED], using=using)
+        rows = store.cancel_children(op_id, using=using)
+        store.cancel(op_id, owner=owner, using=using)
+        fan_in([child for child, state in rows if state == State.CANCELLED], using=using)
     return service.get(op_id, owner=owner, using=using)
 
 
@@ -365,7 +360,7 @@ def recover(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str
     transaction) leaves such a child; this repairs it, and starts the parent's ``then`` once.
     """
     with transaction.atomic(using=using, savepoint=False):
-        due = [row[0] for row in store.run("op_fan_in_due", {"limit": ops_settings().recover_batch}, using=using)]
+        due = store.fan_in_due(limit=ops_settings().recover_batch, using=using)
         if dry_run or not due:
             return {"fanned_in": len(due), "parents_settled": 0}
         rows = fan_in(due, using=using)

@@ -208,23 +208,20 @@ def test_recover_settles_a_parent_left_open_by_a_crash_between_the_childs_write_
     # (simulated: op_finish alone, committed on its own, as a runner without the batch step would).
     item, op = begin(second.id)
     reporter = reporter_for(item, op)
-    store.run(
-        "op_finish",
-        {
-            "id": op.id,
-            "item_id": item.id,
-            "token": item.lease_token,
-            **reporter.snapshot(),
-            "state": "succeeded",
-            "error_code": "",
-            "error_message": "",
-            "error_retryable": False,
-            "result_uri": "",
-            "result_detail": '{"n": 2}',
-            "all_done": True,
-            "cancel_wins": False,
-            "attempt": "{}",
-        },
+    store.finish(
+        id=op.id,
+        item_id=item.id,
+        token=item.lease_token,
+        progress=reporter.snapshot(),
+        state="succeeded",
+        error_code="",
+        error_message="",
+        error_retryable=False,
+        result_uri="",
+        result_detail='{"n": 2}',
+        all_done=True,
+        cancel_wins=False,
+        attempt="{}",
     )
     reporter.close()
     assert op_row(second.id).state == "succeeded" and not op_row(second.id).fanned_in
