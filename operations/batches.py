@@ -43,9 +43,9 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from operations import store
 from operations.conf import ops_settings
 from operations.exceptions import DuplicateOperation, InvalidRequest, OperationNotFound
+from operations.ids import check_id, new_id
 from operations.models import BATCH_KIND, CHAIN_KIND, PARENT_KINDS, TERMINAL_STATES, Operation, State
 from operations.registry import registry
-from operations.service import check_id, new_id
 from workqueue.conf import QUEUE_NAME, wq_settings
 
 #: ``then`` runs when its parent ends in one of these states (the default).
@@ -336,16 +336,24 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
     The parent ends ``cancelled`` when its last open child has ended (at once when none was
     running). Cancelling one child instead cancels only that child.
     """
-    from operations import service
-
     with transaction.atomic(using=using, savepoint=False):
-        parent = service.get(op_id, owner=owner, using=using)
+        parent = _get(op_id, owner=owner, using=using)
         if parent.done:
             return parent
         rows = store.cancel_children(op_id, using=using)
         store.cancel(op_id, owner=owner, using=using)
         fan_in([child for child, state in rows if state == State.CANCELLED], using=using)
-    return service.get(op_id, owner=owner, using=using)
+    return _get(op_id, owner=owner, using=using)
+
+
+def _get(op_id: str, *, owner: str | None, using: str) -> Operation:
+    qs = Operation.objects.using(using).filter(pk=op_id)
+    if owner is not None:
+        qs = qs.filter(owner=owner)
+    op = qs.first()
+    if op is None:
+        raise OperationNotFound(f"operation {op_id!r} not found")
+    return op
 
 
 def is_parent(op_id: str, *, using: str = DEFAULT_DB_ALIAS) -> bool:
