@@ -39,6 +39,7 @@ class Options:
     enqueue_bulk: int = 100_000
     latency_items: int = 1_000
     operations: int = 3_000
+    batch_children: int = 10_000
     tasks: int = 3_000
     wire_items: int = 2_000
     wire_clients: int = 4
@@ -52,6 +53,7 @@ class Options:
         "drain",
         "latency",
         "operations",
+        "batch",
         "tasks",
         "wire",
         "schedules",
@@ -71,6 +73,7 @@ class Options:
             enqueue_bulk=2_000,
             latency_items=20,
             operations=100,
+            batch_children=100,
             tasks=100,
             wire_items=40,
             rss_items=2_000,
@@ -492,6 +495,44 @@ def bench_operations(opts: Options, db: ThrowawayDatabase, report: Report) -> No
     )
 
 
+def bench_batch(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    """One batch of no-op children, fanned in: from batch() to the parent terminal, 2 workers."""
+    import operations
+    from operations.models import Operation
+
+    n = opts.batch_children
+    rates, call_times = [], []
+    for _ in range(opts.runs):
+        _reset()
+        workers = Workers(
+            db.url, 2, ["--queue", "operations", "--batch", str(opts.batch), "--concurrency", str(opts.concurrency)]
+        )
+        try:
+            workers.wait_ready()
+            started = time.perf_counter()
+            batch = operations.batch("demo.nothing", [None] * n, then=("demo.nothing", None))
+            call_times.append(time.perf_counter() - started)
+            deadline = time.monotonic() + max(60, n / 50)
+            while not Operation.objects.filter(pk=batch.id).terminal().exists():
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the batch did not finish:\n" + workers.output())
+                time.sleep(0.02)
+            rates.append(n / (time.perf_counter() - started))
+            state = Operation.objects.get(pk=batch.id).state
+            if state != "succeeded":
+                raise RuntimeError(f"the bench batch ended {state}")
+        finally:
+            workers.stop()
+    plain = next((r for r in report.rows if r.name.startswith("operations: start")), None)
+    beside = f"; plain operations {plain.value:,.0f} ops/s" if plain else ""
+    report.add(
+        f"batch: {n:,} no-op children → parent done",
+        statistics.median(rates),
+        "children/s",
+        note=f"2 workers; batch() call {statistics.median(call_times):.2f}s{beside}",
+    )
+
+
 def bench_tasks(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
     from operations.models import Operation
     from project.demo.tasks import add
@@ -692,6 +733,7 @@ SECTIONS = {
     "drain": bench_drain,
     "latency": bench_latency,
     "operations": bench_operations,
+    "batch": bench_batch,
     "tasks": bench_tasks,
     "wire": bench_wire,
     "schedules": bench_schedules,

@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin, messages
+from django.db import transaction
 from django.http import Http404
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from operations import service
+from operations import batches, service
 from operations.http import api_error, render, watch_response
-from operations.models import Operation, State
+from operations.models import PARENT_KINDS, Operation, State
 from workqueue.admin import FastListMixin
 
 STATE_COLORS: dict[str, str] = {
@@ -71,7 +72,7 @@ class KindFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         from operations.registry import registry
 
-        return [(kind, kind) for kind in registry.kinds()]
+        return [(kind, kind) for kind in [*registry.kinds(), *PARENT_KINDS]]
 
     def queryset(self, request, queryset):
         value = self.value()
@@ -101,7 +102,17 @@ class OwnerFilter(admin.SimpleListFilter):
 
 @admin.register(Operation)
 class OperationAdmin(FastListMixin, admin.ModelAdmin):
-    list_display = ["id", "state_badge", "progress", "kind", "attempts_display", "error_code", "owner", "timing"]
+    list_display = [
+        "id",
+        "state_badge",
+        "progress",
+        "kind",
+        "attempts_display",
+        "error_code",
+        "owner",
+        "family",
+        "timing",
+    ]
     list_filter = ["state", KindFilter, OwnerFilter]
     search_fields = ["=id", "=owner", "kind"]
     list_per_page = 50
@@ -125,15 +136,31 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
         "worker_id",
         "claimed_until",
         "attempt_log_display",
+        "family",
     ]
     fieldsets = [
-        (None, {"fields": ["id", "kind", "owner", "state_badge", "progress", "attempts_display", "cancel_requested"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "id",
+                    "kind",
+                    "owner",
+                    "state_badge",
+                    "progress",
+                    "attempts_display",
+                    "cancel_requested",
+                    "family",
+                ]
+            },
+        ),
         ("Outcome", {"fields": ["error_display", "result_display"]}),
         ("Timing", {"fields": ["timing", "claimed_until", "worker_id"]}),
         ("Queue", {"fields": ["queue", "priority", "revision"], "classes": ["collapse"]}),
         ("Attempts", {"fields": ["attempt_log_display"]}),
     ]
     change_form_template = "admin/operations/operation/change_form.html"
+    children_per_page = 100
 
     def get_queryset(self, request):
         return super().get_queryset(request).defer("request")  # no admin page shows it
@@ -143,6 +170,16 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return bool(obj is None or obj.done) and super().has_delete_permission(request, obj)
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, Operation.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        """A finished batch or chain goes with its children (as reap takes them): no orphans."""
+        ids = list(queryset.values_list("pk", flat=True))
+        with transaction.atomic():
+            Operation.objects.filter(parent_id__in=ids).delete()
+            Operation.objects.filter(pk__in=ids).delete()
 
     def has_change_permission(self, request, obj=None):
         # Only the state machine moves an operation; the page is for reading and cancelling.
@@ -155,6 +192,30 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
     @admin.display(description="progress")
     def progress(self, op):
         return progress_bar(op)
+
+    @admin.display(description="batch / chain")
+    def family(self, op):
+        """A child links to its parent; a then to the parent whose end started it; a parent counts."""
+        if op.parent_id:
+            return format_html(
+                'child #{} of <a href="{}">{}</a>',
+                (op.position or 0) + 1,
+                reverse("admin:operations_operation_change", args=[op.parent_id]),
+                op.parent_id,
+            )
+        if op.follows_id:
+            return format_html(
+                'then of <a href="{}">{}</a>',
+                reverse("admin:operations_operation_change", args=[op.follows_id]),
+                op.follows_id,
+            )
+        if op.is_parent:
+            c = op.child_counts()
+            return (
+                f"{c['total']:,} children: {c['open']:,} open, {c['succeeded']:,} succeeded, "
+                f"{c['failed']:,} failed, {c['cancelled']:,} cancelled"
+            )
+        return "—"
 
     @admin.display(description="attempts", ordering="attempts")
     def attempts_display(self, op):
@@ -251,9 +312,42 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
         except Exception as exc:
             return api_error(exc, "admin watch").response()
 
+    def _children_page(self, request, parent: Operation) -> dict:
+        """One keyset page of a parent's children (one index scan, whatever their number)."""
+        try:
+            after = int(request.GET.get("after", ""))
+        except ValueError:
+            after = None
+        page, next_after = batches.children(parent.id, after=after, limit=self.children_per_page)
+        rows = [
+            {
+                "position": (child.position or 0) + 1,
+                "url": reverse("admin:operations_operation_change", args=[child.pk]),
+                "id": child.id,
+                "kind": child.kind,
+                "state": state_badge(child.state),
+                "progress": progress_bar(child),
+                "error": child.error_code,
+                "attempts": f"{child.attempts} / {child.max_attempts}",
+            }
+            for child in page
+        ]
+        then = batches.describe_then(Operation.objects.only("request").get(pk=parent.pk))
+        return {
+            "rows": rows,
+            "next": f"?after={next_after}" if next_after is not None else None,
+            "first": "?" if after is not None else None,
+            "counts": parent.child_counts(),
+            "then": then,
+            "then_url": reverse("admin:operations_operation_change", args=[then["id"]]) if then else None,
+            "then_started": then is not None and Operation.objects.filter(pk=then["id"]).exists(),
+        }
+
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:  # the row the change view already read: no second query for the panel
             context["watch_url"] = reverse("admin:operations_operation_watch", args=[obj.pk])
             context["op_done"] = obj.done
             context["op_snapshot"] = render(obj, detail=True)  # json_script encodes it
+            if obj.is_parent:
+                context["op_children"] = self._children_page(request, obj)
         return super().render_change_form(request, context, add, change, form_url, obj)

@@ -30,7 +30,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.module_loading import import_string
 
-from operations import service
+from operations import batches, service
 from operations import watcher as watcher_mod
 from operations.conf import ops_settings
 from operations.exceptions import InvalidRequest, OperationNotFound, TooManyWatchers
@@ -112,6 +112,12 @@ def render(op: Operation, *, detail: bool = False) -> dict:
         "updatedAt": _iso(op.updated_at),
         "startedAt": _iso(op.started_at),
         "finishedAt": _iso(op.finished_at),
+        # Batches and chains: a child names its parent (and its place); an operation a
+        # parent's end started names that parent; a parent counts its children by state.
+        "parent": op.parent_id,
+        "position": op.position,
+        "follows": op.follows_id,
+        "children": op.child_counts() if op.is_parent else None,
     }
 
 
@@ -225,6 +231,19 @@ def get_operation(request, owner, op_id: str):
 def cancel_operation(request, owner, op_id: str):
     """POST …/operations/{id}/cancel (alias of {id}:cancel)."""
     return JsonResponse(render(service.cancel(op_id, owner=owner)))
+
+
+@endpoint("GET")
+def list_children(request, owner, op_id: str):
+    """GET …/operations/{id}/children?page_size=&after= : a batch's or chain's children in order."""
+    after = request.GET.get("after")
+    page, next_after = batches.children(
+        op_id,
+        owner=owner,
+        after=None if after in (None, "") else _int(after, "after", 0),
+        limit=_int(request.GET.get("page_size"), "page_size", 100),
+    )
+    return JsonResponse({"children": [render(op) for op in page], "nextAfter": next_after})
 
 
 def sse_event(op, *, detail: bool = False) -> str:

@@ -38,6 +38,12 @@ class State(models.TextChoices):
 TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
 ACTIVE_STATES = (State.PENDING, State.RUNNING)
 
+#: The kinds of the operations ``operations.batch()`` and ``operations.chain()`` create: never
+#: run by a worker (they have no work item); their children's ends settle them.
+BATCH_KIND = "operations.batch"
+CHAIN_KIND = "operations.chain"
+PARENT_KINDS = (BATCH_KIND, CHAIN_KIND)
+
 
 @dataclass(frozen=True, slots=True)
 class Progress:
@@ -111,6 +117,14 @@ class OperationQuerySet(models.QuerySet):
         """Running with a lease that ran out: its worker died or went silent."""
         return self.running().filter(claimed_until__lt=Now())
 
+    def children_of(self, parent_id: str):
+        """A batch's or chain's children, in order (through operations_children_idx)."""
+        return self.filter(parent_id=parent_id).order_by("position")
+
+    def parents(self):
+        """Batches and chains."""
+        return self.filter(kind__in=PARENT_KINDS)
+
     def owned_by(self, owner: str):
         return self.filter(owner=owner)
 
@@ -152,6 +166,18 @@ class Operation(models.Model):
     updated_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Batches and chains (operations.batches): a child names its parent and its place among
+    # the parent's children; ``fanned_in`` records that its end was counted on the parent
+    # (exactly once, by op_fan_in); ``follows_id`` names the batch or chain whose end
+    # started this operation (its ``then``). A parent keeps its children's tally.
+    parent_id = models.CharField(max_length=200, null=True, blank=True)
+    position = models.IntegerField(null=True, blank=True)
+    follows_id = models.CharField(max_length=200, null=True, blank=True)
+    fanned_in = models.BooleanField(db_default=False)
+    children_total = models.IntegerField(db_default=0)
+    children_succeeded = models.IntegerField(db_default=0)
+    children_failed = models.IntegerField(db_default=0)
+    children_cancelled = models.IntegerField(db_default=0)
 
     objects = OperationQuerySet.as_manager()
 
@@ -185,6 +211,20 @@ class Operation(models.Model):
                 condition=Q(state__in=["pending", "running"]),
                 name="operations_unfinished_idx",
             ),
+            # A parent's children in order: the admin's and the API's keyset pages, reap's
+            # "a parent and its children go together", a batch cancel. Only children are in it.
+            models.Index(
+                fields=["parent_id", "position"],
+                condition=Q(parent_id__isnull=False),
+                name="operations_children_idx",
+            ),
+            # recover: children that ended but were never counted on their parent. Empty but
+            # for a crash: op_fan_in runs in the transaction that ends the child.
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(parent_id__isnull=False, fanned_in=False, state__in=["succeeded", "failed", "cancelled"]),
+                name="operations_fan_in_due_idx",
+            ),
             # reap: terminal rows by when they finished.
             models.Index(
                 fields=["finished_at"],
@@ -202,6 +242,25 @@ class Operation(models.Model):
     def done(self) -> bool:
         """The one field a client must understand: False while it may change, True once it will not."""
         return self.state in TERMINAL_STATES
+
+    @property
+    def is_parent(self) -> bool:
+        """Whether this is a batch or a chain (its children settle it)."""
+        return self.kind in PARENT_KINDS
+
+    @property
+    def children_open(self) -> int:
+        return max(0, self.children_total - self.children_succeeded - self.children_failed - self.children_cancelled)
+
+    def child_counts(self) -> dict[str, int]:
+        """A parent's children by state: terminal ones as tallied, the rest open."""
+        return {
+            "total": self.children_total,
+            "open": self.children_open,
+            "succeeded": self.children_succeeded,
+            "failed": self.children_failed,
+            "cancelled": self.children_cancelled,
+        }
 
     @property
     def progress(self) -> Progress:

@@ -169,6 +169,22 @@ class Reporter:
         self._message = _clip(text)
         self._version += 1
 
+    @property
+    def parent(self):
+        """The batch or chain this run is a child of, or whose end started it (its ``then``);
+        None otherwise. Read fresh on each access: ``operations.children(reporter.parent.id)``
+        pages through its children and their results."""
+        from operations import batches
+
+        return batches.parent_of(self.operation, using=self.using)
+
+    @property
+    def previous(self):
+        """In a chain, the step before this one (succeeded, with its ``result``); else None."""
+        from operations import batches
+
+        return batches.previous_of(self.operation, using=self.using)
+
     def is_cancelled(self) -> bool:
         """True once somebody asked this operation to stop (never blocks)."""
         return self.cancelled.is_set()

@@ -25,12 +25,15 @@ not begun: it ends cancelled there, with no attempt charged, even if its run nev
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 import traceback
 
-from operations import store
+from django.db import transaction
+
+from operations import batches, store
 from operations.conf import ops_settings
 from operations.exceptions import UnknownKind
 from operations.models import Result
@@ -128,8 +131,6 @@ def attempt_entry(exc: BaseException | None, code: str = "", message: str = "", 
 
 def handle(item, ctx) -> None:
     """Run the operation ``item.key`` (the workqueue handler for the operations queues)."""
-    from django.db import transaction
-
     conf = ops_settings()
     using = ctx.using
     common = Hold(id=item.key, item_id=item.id, token=item.lease_token)
@@ -137,6 +138,8 @@ def handle(item, ctx) -> None:
     if op is None:
         with transaction.atomic(using=using):
             ended = store.settle_unbegun(**common, using=using)
+            if ended:
+                batches.fan_in([item.key], using=using)
             if ended == "cancelled":
                 log.info("%s: cancellation was requested while no run was alive; cancelled", item.key)
             elif ended:
@@ -311,7 +314,8 @@ def _finish(
 ) -> str | None:
     """Record the end: the state written (``cancel_wins`` may make a failure cancelled), or None."""
     try:
-        written = store.finish(
+        write = functools.partial(
+            store.finish,
             **common,
             progress=reporter.snapshot(),
             state=state,
@@ -325,6 +329,14 @@ def _finish(
             attempt=json.dumps(attempt_entry(exc, code, message, outcome=outcome or state)),
             using=reporter.using,
         )
+        if getattr(reporter.operation, "parent_id", None):
+            # A child: its end and the fan-in onto its parent commit together (operations.batches).
+            with transaction.atomic(using=reporter.using):
+                written = write()
+                if written:
+                    batches.fan_in([reporter.op_id], using=reporter.using)
+        else:
+            written = write()
     except Exception:
         log.exception("%s: could not record its end; its lease will lapse and recover will re-offer it", reporter.op_id)
         return None

@@ -11,15 +11,14 @@ import base64
 import contextlib
 import datetime as dt
 import json
-import secrets
-import time
 from collections.abc import Iterator
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from operations import store
+from operations import batches, store
 from operations.conf import ops_settings
 from operations.exceptions import DuplicateOperation, InvalidRequest, OperationNotFound
+from operations.ids import check_id, new_id
 from operations.models import TERMINAL_STATES, Operation, State
 from operations.registry import registry
 from workqueue.conf import QUEUE_NAME, wq_settings
@@ -27,22 +26,7 @@ from workqueue.exceptions import InvalidInput
 from workqueue.managers import _aware, _seconds, check_group
 from workqueue.models import WorkItem
 
-MAX_ID_LENGTH = 200
 MAX_PAGE_SIZE = 1000
-
-
-def new_id() -> str:
-    """A fresh opaque, time-ordered operation id (``op_…``)."""
-    return f"op_{time.time_ns() // 1000:014x}{secrets.token_hex(8)}"
-
-
-def check_id(op_id: object) -> str:
-    """Return ``op_id`` if it can be an operation id, else raise InvalidRequest."""
-    if not isinstance(op_id, str) or not op_id or len(op_id) > MAX_ID_LENGTH or "\x00" in op_id:
-        raise InvalidRequest(
-            f"an operation id must be a non-empty string of at most {MAX_ID_LENGTH} characters, without NUL bytes"
-        )
-    return op_id
 
 
 def start(
@@ -194,11 +178,15 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
     decides (a run that never looks finishes, and succeeds); if its runner died, the next
     worker's begin ends it cancelled without running it. Terminal: returned unchanged.
     """
+    if batches.is_parent(op_id, using=using):
+        return batches.cancel(op_id, owner=owner, using=using)
     with transaction.atomic(using=using, savepoint=False):
         op = store.cancel(op_id, owner=owner, using=using)
         if op is not None:
             if op.state == State.CANCELLED:
                 WorkItem.objects.db_manager(using).cancel_key(op.id, queue=op.queue)
+                if op.parent_id:
+                    batches.fan_in([op.id], using=using)
             return op
     # Outside the block, so a missing id does not mark the caller's transaction for rollback.
     return get(op_id, owner=owner, using=using)

@@ -271,10 +271,10 @@ def cancel(id: str, *, owner: str | None, using: str = DEFAULT_DB_ALIAS) -> Oper
 
 def settle_from_queue(
     ids: list[str], *, state: str, error_code: str, error_message: str, using: str = DEFAULT_DB_ALIAS
-) -> None:
-    """``op_settle_from_queue``: mirror a queue rule's settlement of their work items."""
+) -> list[str]:
+    """``op_settle_from_queue``: mirror a queue rule's settlement of their work items; the ids settled."""
     params = {"ids": ids, "state": state, "error_code": error_code, "error_message": error_message}
-    run("op_settle_from_queue", params, using=using)
+    return [row[0] for row in run("op_settle_from_queue", params, using=using)]
 
 
 def expire_lease(ids: list[str], *, using: str = DEFAULT_DB_ALIAS) -> None:
@@ -311,3 +311,55 @@ def watch_forget(ids: Iterable[str] | None, *, watcher: str, using: str = DEFAUL
 def watch_reap(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -> None:
     """``watch_reap``: forget follows whose process went away without saying so."""
     run("watch_reap", {"now": now}, using=using)
+
+
+# -- batches and chains (operations.batches) ----------------------------------------------
+
+
+def parent_start(
+    *,
+    id: str,
+    kind: str,
+    owner: str,
+    queue: str,
+    priority: int,
+    request: Any,
+    count_label: str,
+    total: int,
+    children: list[dict[str, Any]],
+    queue_channel: str,
+    using: str = DEFAULT_DB_ALIAS,
+) -> Operation | None:
+    """``op_parent_start``: the new batch or chain (its first children written), or None when the id is taken."""
+    rows = run(
+        "op_parent_start",
+        {
+            "id": id,
+            "kind": kind,
+            "owner": owner,
+            "queue": queue,
+            "priority": priority,
+            "request": Jsonb(request),
+            "count_label": count_label,
+            "total": total,
+            "children": Jsonb(children),
+            "queue_channel": queue_channel,
+        },
+        using=using,
+    )
+    return first_operation(rows, using=using)
+
+
+def fan_in(ids: list[str], *, queue_channel: str, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """``op_fan_in``: count these ended children on their parents; (id, state, started ids, ...) per parent."""
+    return run("op_fan_in", {"ids": ids, "queue_channel": queue_channel}, using=using)
+
+
+def fan_in_due(*, limit: int, using: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """``op_fan_in_due``: ids of ended children never counted on their parent, locked."""
+    return [row[0] for row in run("op_fan_in_due", {"limit": limit}, using=using)]
+
+
+def cancel_children(id: str, *, using: str = DEFAULT_DB_ALIAS) -> list[tuple[str, str]]:
+    """``op_cancel_children``: (id, state) of the children cancelled outright or asked to stop."""
+    return [(row[0], row[1]) for row in run("op_cancel_children", {"id": id}, using=using)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db import DEFAULT_DB_ALIAS
 
-from operations import service, store
+from operations import batches, service, store
 from operations.conf import ops_settings
 from workqueue.hooks import MoveReason
 
@@ -34,7 +34,8 @@ def on_items_moved(items, reason: MoveReason, *, using: str = DEFAULT_DB_ALIAS) 
     ids = [item.key for item in ours]
     if reason in _SETTLE:
         state, code, message = _SETTLE[reason]
-        store.settle_from_queue(ids, state=state, error_code=code, error_message=message, using=using)
+        ended = store.settle_from_queue(ids, state=state, error_code=code, error_message=message, using=using)
+        batches.fan_in(ended, using=using)
     elif reason == MoveReason.REQUEUED:
         store.expire_lease(ids, using=using)
     elif reason == MoveReason.RELEASED:
@@ -42,7 +43,8 @@ def on_items_moved(items, reason: MoveReason, *, using: str = DEFAULT_DB_ALIAS) 
 
 
 def recover_sweep(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str, int]:
-    return service.recover(using=using, dry_run=dry_run)
+    # Stranded operations, then children whose end was never counted on their batch or chain.
+    return {**service.recover(using=using, dry_run=dry_run), **batches.recover(using=using, dry_run=dry_run)}
 
 
 def reap_sweep(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str, int]:

@@ -13,6 +13,7 @@ urlpatterns = [
     path("operations", http.list_operations, name="list"),
     path("operations/<str:op_id>/cancel", http.cancel_operation, name="cancel"),
     path("operations/<str:op_id>/watch", http.watch_operation, name="watch"),
+    path("operations/<str:op_id>/children", http.list_children, name="children"),
     # Also answers POST operations/{id}:cancel (AIP-151's custom-method form).
     path("operations/<str:op_id>", http.operation, name="detail"),
 ]

@@ -79,6 +79,8 @@ def main() -> int:
         f"               (a new password is printed each time `make run` starts)\n"
         f"  Dashboard:   {base}/admin/workqueue/workitem/dashboard/\n"
         f"  Operations:  {base}/admin/operations/operation/   (click one to watch it live)\n"
+        f"  Batches:     {base}/admin/operations/operation/?kind=operations.batch   (and ?kind=operations.chain)\n"
+        f"               open one: its children fan out below the live bar; its `then` starts once they all end\n"
         f"  Schedules:   {base}/admin/workqueue/schedule/   (every 10 s, every minute, every 2 minutes)\n"
         f"  API:         {base}/api/operations   (log in to the admin first)\n"
         f"  Wire API:    {base}/v1/environments/{setup['environment_id']}/work/poll\n"

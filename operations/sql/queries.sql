@@ -297,15 +297,20 @@ FOR UPDATE OF o SKIP LOCKED;
 
 
 -- name: op_reap
--- reap: delete terminal operations finished longer than the retention ago, a batch at a time.
-DELETE FROM {table}
-WHERE id IN (
+-- reap: delete terminal operations finished longer than the retention ago, a batch at a time
+-- (of top-level operations). A child goes only with its parent, in the same statement, never
+-- before it (a parent ends only once all its children have): a batch's rows go together.
+WITH doomed AS (
     SELECT id FROM {table}
     WHERE state IN ('succeeded', 'failed', 'cancelled')
       AND finished_at < coalesce(%(now)s, now()) - make_interval(secs => %(retention)s)
+      AND parent_id IS NULL
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-);
+)
+DELETE FROM {table}
+WHERE id IN (SELECT id FROM doomed)
+   OR (parent_id IS NOT NULL AND parent_id IN (SELECT id FROM doomed));
 
 
 -- name: watch_follow
@@ -324,3 +329,220 @@ WHERE watcher = %(watcher)s AND (%(ids)s::text[] IS NULL OR op_id = ANY(%(ids)s:
 -- name: watch_reap
 -- reap: forget follows whose process went away without saying so.
 DELETE FROM {watches} WHERE until < coalesce(%(now)s, now()) - interval '1 minute';
+
+
+-- ---------------------------------------------------------------------------------------
+-- Batches and chains (operations/batches.py). A batch or a chain is an operation (kind
+-- operations.batch / operations.chain) that no worker runs: it is created running, with no
+-- work item (so begin, recover and the lease sweeps never touch it), and its children's ends
+-- settle it. Its request holds what its children's ends will start, as specs
+-- {id, kind, request, queue, priority, count_label, max_attempts} with ids minted up front
+-- (a second insert of the same id does nothing: exactly once twice over): "then" (plus "on",
+-- the end states it runs on) and, for a chain, "steps" (by position).
+-- Lock order, as everywhere: work items, then operations; among operations, children before
+-- their parent.
+
+
+-- name: op_parent_start
+-- Record a batch or a chain, running, with its first children (a batch: all of them; a chain:
+-- its first step) and their work items, in one statement, in the caller's transaction. A
+-- duplicate id writes nothing and the caller reads the existing row. Idle workers are woken
+-- once per queue at commit, not once per child.
+WITH parent AS (
+    INSERT INTO {table} AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
+                              units_total, children_total, started_at, created_at, updated_at)
+    VALUES (%(id)s, %(kind)s, %(owner)s, 'running', %(queue)s, %(priority)s, %(request)s, %(count_label)s, 1,
+            %(total)s, %(total)s, now(), now(), now())
+    ON CONFLICT (id) DO NOTHING
+    RETURNING {op}
+),
+child AS (
+    INSERT INTO {table} AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
+                              parent_id, position, created_at, updated_at)
+    SELECT c.spec ->> 'id', c.spec ->> 'kind', parent.owner, 'pending', c.spec ->> 'queue',
+           (c.spec ->> 'priority')::int, c.spec -> 'request', c.spec ->> 'count_label',
+           (c.spec ->> 'max_attempts')::int, parent.id, (c.n - 1)::int, now(), now()
+    FROM parent, jsonb_array_elements(%(children)s::jsonb) WITH ORDINALITY AS c(spec, n)
+    RETURNING o.id, o.queue, o.priority, o.max_attempts
+),
+item AS (
+    {item_insert:(
+        SELECT child.queue, child.id AS key, NULL::text AS environment_id, child.priority, now() AS run_after,
+               0 AS attempts, child.max_attempts, jsonb_build_object() AS metadata, NULL::jsonb AS trace_context,
+               false AS wire
+        FROM child
+    )}
+    {item_skip_live}
+    RETURNING w.queue
+),
+woke AS (
+    SELECT pg_notify(%(queue_channel)s::text, q.queue) FROM (SELECT DISTINCT item.queue FROM item) AS q
+)
+SELECT parent.*, (SELECT count(*) FROM woke) AS woken FROM parent;
+
+
+-- name: op_fan_in
+-- The fan-in, run in the transaction of every write that ends an operation, right after it,
+-- with the ids that write returned: count the children among them on their parents and settle
+-- each parent whose last open child this was (a chain: also one whose step failed or was
+-- cancelled, or whose cancel was asked), starting what that end starts (a chain's next step,
+-- the parent's then) and its work item, all in this one statement.
+-- Exactly once: a child is counted only while its fanned_in is false, and this statement sets
+-- it (the write is re-checked under the child's row lock, so two callers cannot both count
+-- it). The parent is settled from a tally on its own row, updated under its row lock: the
+-- UPDATE reads the row as the last committed child left it. A scan of the siblings would not
+-- do: it reads this statement's snapshot, taken before the lock wait, so two last children
+-- ending at once would each see the other still open and the parent would hang.
+-- A batch ends cancelled when its cancel was asked, else failed when any child failed (error
+-- children_failed: how many, and the first failure), else cancelled when a child was
+-- cancelled on its own, else succeeded. A chain ends with its failed step's error code.
+WITH done AS (
+    UPDATE {table} AS c SET fanned_in = true
+    WHERE c.id = ANY(%(ids)s::text[]) AND c.parent_id IS NOT NULL AND NOT c.fanned_in
+      AND c.state IN ('succeeded', 'failed', 'cancelled')
+    RETURNING c.id, c.parent_id, c.kind, c.state, c.position, c.count, c.error_code, c.error_message,
+              c.finished_at, c.result_uri, c.result_detail
+),
+tally AS (
+    SELECT d.parent_id,
+           count(*) FILTER (WHERE d.state = 'succeeded') AS ok,
+           count(*) FILTER (WHERE d.state = 'failed') AS bad,
+           count(*) FILTER (WHERE d.state = 'cancelled') AS off,
+           coalesce(sum(d.count), 0) AS n,
+           max(d.position) AS pos,
+           (array_agg(d.error_code ORDER BY d.finished_at, d.position) FILTER (WHERE d.state = 'failed'))[1] AS fail_code,
+           (array_agg(format('%%s (%%s, #%%s): %%s', d.id, d.kind, d.position + 1, d.error_message)
+                      ORDER BY d.finished_at, d.position) FILTER (WHERE d.state = 'failed'))[1] AS fail_message,
+           (array_agg(d.result_uri ORDER BY d.position DESC))[1] AS result_uri,
+           (array_agg(d.result_detail ORDER BY d.position DESC))[1] AS result_detail
+    FROM done AS d
+    GROUP BY d.parent_id
+),
+settled AS (
+    UPDATE {table} AS o
+    SET (children_succeeded, children_failed, children_cancelled, units_done, count, state,
+         error_code, error_message, error_retryable, result_uri, result_detail, finished_at,
+         updated_at, revision) = (
+        SELECT v.ok, v.bad, v.off, v.ok + v.bad + v.off, o.count + t.n, v.state,
+               CASE WHEN v.state = 'failed' AND o.kind = 'operations.batch' THEN 'children_failed'
+                    WHEN v.state IN ('failed', 'running') THEN v.fcode ELSE '' END,
+               CASE WHEN v.state = 'failed' AND o.kind = 'operations.batch'
+                    THEN left(format('%%s of %%s children failed; the first: %%s [%%s]',
+                                     v.bad, o.children_total, v.fmessage, v.fcode), 1024)
+                    WHEN v.state = 'failed' THEN left(format('a step failed: %%s', v.fmessage), 1024)
+                    WHEN v.state = 'running' THEN v.fmessage ELSE '' END,
+               CASE WHEN v.state = 'failed' THEN false END,
+               CASE WHEN v.state = 'succeeded' AND o.kind = 'operations.chain' THEN coalesce(t.result_uri, '')
+                    ELSE o.result_uri END,
+               CASE WHEN v.state <> 'succeeded' THEN o.result_detail
+                    WHEN o.kind = 'operations.chain' THEN t.result_detail
+                    ELSE jsonb_build_object('children', o.children_total, 'succeeded', v.ok) END,
+               CASE WHEN v.state = 'running' THEN NULL ELSE now() END,
+               now(), o.revision + 1
+        FROM (
+            SELECT u.*,
+                   CASE WHEN NOT (u.ok + u.bad + u.off >= o.children_total
+                                  OR (o.kind = 'operations.chain' AND (t.bad > 0 OR t.off > 0 OR o.cancel_requested)))
+                        THEN o.state
+                        WHEN o.cancel_requested THEN 'cancelled'
+                        WHEN u.bad > 0 THEN 'failed'
+                        WHEN u.off > 0 THEN 'cancelled'
+                        ELSE 'succeeded' END AS state
+            FROM (
+                -- the tally after this round, and the first failure (kept on the running
+                -- parent's error fields, which are not shown while it runs)
+                SELECT o.children_succeeded + t.ok AS ok, o.children_failed + t.bad AS bad,
+                       o.children_cancelled + t.off AS off,
+                       coalesce(nullif(o.error_code, ''), t.fail_code, '') AS fcode,
+                       CASE WHEN o.error_code <> '' THEN o.error_message ELSE coalesce(t.fail_message, '') END AS fmessage
+            ) AS u
+        ) AS v
+    )
+    FROM tally AS t
+    WHERE o.id = t.parent_id AND o.state IN ('pending', 'running')
+    RETURNING o.id, o.kind, o.state, o.owner, o.request, t.pos
+),
+next AS (
+    -- a chain whose step succeeded, and which goes on: its next step
+    SELECT s.request -> 'steps' -> (s.pos + 1) AS spec, s.id AS parent_id, s.pos + 1 AS position,
+           NULL::text AS follows_id, s.owner
+    FROM settled AS s
+    WHERE s.kind = 'operations.chain' AND s.state = 'running' AND s.request -> 'steps' -> (s.pos + 1) IS NOT NULL
+    UNION ALL
+    -- a parent that ended in a state its then runs on: the then
+    SELECT s.request -> 'then', NULL, NULL, s.id, s.owner
+    FROM settled AS s
+    WHERE s.state NOT IN ('pending', 'running') AND jsonb_typeof(s.request -> 'then') = 'object'
+      AND (s.request -> 'then' -> 'on') ? s.state
+),
+started AS (
+    INSERT INTO {table} AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
+                              parent_id, position, follows_id, created_at, updated_at)
+    SELECT x.spec ->> 'id', x.spec ->> 'kind', x.owner, 'pending', x.spec ->> 'queue', (x.spec ->> 'priority')::int,
+           x.spec -> 'request', x.spec ->> 'count_label', (x.spec ->> 'max_attempts')::int,
+           x.parent_id, x.position, x.follows_id, now(), now()
+    FROM next AS x
+    ON CONFLICT (id) DO NOTHING
+    RETURNING o.id, o.queue, o.priority, o.max_attempts
+),
+item AS (
+    {item_insert:(
+        SELECT started.queue, started.id AS key, NULL::text AS environment_id, started.priority,
+               now() AS run_after, 0 AS attempts, started.max_attempts, jsonb_build_object() AS metadata,
+               NULL::jsonb AS trace_context, false AS wire
+        FROM started
+    )}
+    {item_skip_live}
+    RETURNING w.queue
+),
+woke AS (
+    SELECT pg_notify(%(queue_channel)s::text, q.queue) FROM (SELECT DISTINCT item.queue FROM item) AS q
+)
+SELECT s.id, s.state, (SELECT array_agg(started.id) FROM started) AS started,
+       (SELECT count(*) FROM woke) AS woken, {notify:s.id}
+FROM settled AS s;
+
+
+-- name: op_fan_in_due
+-- recover: children that ended but were never counted on their parent (only a fan-in lost
+-- between statements leaves one: it runs in the transaction that ends the child). Locked, so
+-- a child whose ending transaction is still open is skipped, and concurrent sweeps never
+-- count one twice (op_fan_in re-checks fanned_in under the lock anyway).
+SELECT o.id FROM {table} AS o
+WHERE o.parent_id IS NOT NULL AND NOT o.fanned_in AND o.state IN ('succeeded', 'failed', 'cancelled')
+ORDER BY o.finished_at
+LIMIT %(limit)s
+FOR UPDATE OF o SKIP LOCKED;
+
+
+-- name: op_cancel_children
+-- Cancel of a batch or chain, first half: every pending child is cancelled outright (its work
+-- item settled cancelled in the same statement) and every running one is asked to stop (the
+-- flag; its runner decides at its next flush). The children's unsettled work items are locked
+-- first, then the children (lock order); the parent is cancelled after this, and op_fan_in
+-- counts the children that ended here. Returns the children cancelled outright.
+WITH kids AS (
+    SELECT k.id, k.queue FROM {table} AS k
+    WHERE k.parent_id = %(id)s AND k.state IN ('pending', 'running')
+),
+held AS (
+    SELECT count(*) AS n FROM ({item_lock_keys:(SELECT kids.id FROM kids)}) AS locked
+),
+c AS (
+    UPDATE {table} AS o
+    SET cancel_requested = true,
+        state = CASE WHEN o.state = 'pending' THEN 'cancelled' ELSE o.state END,
+        error_code = CASE WHEN o.state = 'pending' THEN '' ELSE o.error_code END,
+        error_message = CASE WHEN o.state = 'pending' THEN '' ELSE o.error_message END,
+        error_retryable = CASE WHEN o.state = 'pending' THEN NULL ELSE o.error_retryable END,
+        finished_at = CASE WHEN o.state = 'pending' THEN now() ELSE o.finished_at END,
+        claimed_until = CASE WHEN o.state = 'pending' THEN NULL ELSE o.claimed_until END,
+        updated_at = now(), revision = o.revision + 1
+    FROM held, kids
+    WHERE o.id = kids.id AND (o.state = 'pending' OR (o.state = 'running' AND NOT o.cancel_requested))
+    RETURNING o.id, o.queue, o.state
+),
+stopped AS (
+    {item_cancel_keys:(SELECT c.id FROM c WHERE c.state = 'cancelled') AS gone, gone.id}
+)
+SELECT c.id, c.state, (SELECT count(*) FROM stopped) AS items_stopped, {notify:c.id} FROM c;

@@ -3,7 +3,9 @@
 - ``demo.export``: fans out over ``units`` units, advancing a ``records`` count per unit,
   honouring cancellation between units;
 - ``demo.flaky``: fails its first ``failures`` attempts, then succeeds;
-- ``demo.doomed``: fails for good with its own code.
+- ``demo.doomed``: fails for good with its own code;
+- ``demo.bundle``: a batch's ``then``: reads the batch and its children's results;
+- ``demo.step``: a chain step: carries the previous step's total on.
 """
 
 import time
@@ -58,3 +60,30 @@ def doomed(request, reporter: operations.Reporter):
 def nothing(request, reporter: operations.Reporter):
     """Do nothing: the benchmark's no-op operation."""
     return None
+
+
+@operations.register("demo.bundle", count_label="exports")
+def bundle(request, reporter: operations.Reporter):
+    """The demo batch's ``then``: runs once, after every export ended; reads them all."""
+    batch = reporter.parent
+    uris, after = [], None
+    while True:
+        page, after = operations.children(batch.id, after=after, limit=100)
+        for child in page:
+            reporter.advance(1)
+            if child.result is not None and child.result.uri:
+                uris.append(child.result.uri)
+        if after is None:
+            break
+    reporter.say("bundled %d exports of batch %s (%s)", len(uris), batch.id, batch.state)
+    return operations.Result(uri=f"memory://bundles/{batch.id}.zip", detail={"exports": uris, "batch": batch.state})
+
+
+@operations.register("demo.step")
+def step(request, reporter: operations.Reporter):
+    """A chain step: waits ``seconds``, then adds ``add`` to the previous step's total."""
+    previous = reporter.previous
+    before = previous.result.detail["total"] if previous is not None else 0
+    reporter.say("%s: %d + %d", (request or {}).get("name", "step"), before, int((request or {}).get("add", 1)))
+    time.sleep(float((request or {}).get("seconds", 1.0)))
+    return {"total": before + int((request or {}).get("add", 1))}

@@ -12,6 +12,7 @@ SECTIONS = (
     "latency enqueue → handler start, p50",
     "latency enqueue → handler start, p99",
     "operations: start → run no-op → succeeded",
+    "batch: 100 no-op children → parent done",
     "@task: enqueue → run → SUCCESSFUL",
     "wire: poll → ack → heartbeat → stop",
     "schedules: 50 due at once, 2 workers, fire all",

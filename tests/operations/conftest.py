@@ -81,7 +81,7 @@ def begin(op_id: str, worker_id: str = "inline") -> tuple[Item, Operation]:
         },
     )
     assert rows, "begin was refused"
-    return item, store.first_operation(rows)
+    return item, store.to_operation(rows[0], store.RUN_COLUMNS)  # begin returns the run columns
 
 
 def reporter_for(item: Item, op: Operation) -> Reporter:

@@ -31,6 +31,10 @@ SHAPE = {
     "updatedAt",
     "startedAt",
     "finishedAt",
+    "parent",
+    "position",
+    "follows",
+    "children",
 }
 SECRET = "s3cr3t-request-value"
 

@@ -18,6 +18,10 @@
 - test.ops.chatty: says 2000 characters, then fails for good with a 3000-character message.
 - test.ops.typed: takes a TypedRequest dataclass.
 - test.ops.chaos.quick / .slow / .doomed / .flaky: the chaos test's mix.
+- test.ops.batch.child: a batch child: ``n`` rows after ``pause`` seconds, failing (retried) on
+  the attempts listed in ``fail_on``; test.ops.batch.doomed fails for good (code doomed);
+  test.ops.batch.then is a then: reads ``reporter.parent`` and every child, returns what it saw;
+  test.ops.chain.add is a chain step: the previous step's total plus ``add``.
 
 Every run records an OperationRun ``began`` row before it starts and a ``returned`` row when
 it returns normally (not when it raises), so tests can see what each attempt saw.
@@ -207,3 +211,51 @@ def chaos_flaky(request, reporter):
     if reporter.attempt.number == 1:
         raise operations.Fail("flaky", "first attempts always fail")
     return {"attempt": reporter.attempt.number}
+
+
+# -- batches and chains (tests/operations/test_batches.py, test_batch_processes.py) ------
+
+
+@kind("test.ops.batch.child", count_label="rows", max_attempts=10)
+def batch_child(request, reporter):
+    """Count ``n`` rows; ``pause`` seconds first; fail (retried) on attempts listed in ``fail_on``."""
+    time.sleep(float(request.get("pause", 0)))
+    if reporter.attempt.number in request.get("fail_on", []):
+        raise operations.Fail("flaky", f"attempt {reporter.attempt.number} fails by request")
+    reporter.advance(int(request.get("n", 1)))
+    return {"n": int(request.get("n", 1))}
+
+
+@kind("test.ops.batch.doomed")
+def batch_doomed(request, reporter):
+    raise operations.Unretryable(operations.Fail("doomed", request.get("why", "this child never works")))
+
+
+@kind("test.ops.batch.then")
+def batch_then(request, reporter):
+    """The callback: read the batch and every child through the public API; return what it saw."""
+    parent = reporter.parent
+    seen, states, after = 0, {}, None
+    while True:
+        page, after = operations.children(parent.id, after=after, limit=50)
+        for child in page:
+            states[child.state] = states.get(child.state, 0) + 1
+            if child.result is not None and isinstance(child.result.detail, dict):
+                seen += int(child.result.detail.get("n", 0))
+        if after is None:
+            break
+    return {
+        "parent": parent.id,
+        "parent_state": parent.state,
+        "states": states,
+        "rows": seen,
+        "tag": request.get("tag"),
+    }
+
+
+@kind("test.ops.chain.add")
+def chain_add(request, reporter):
+    """A chain step: the previous step's total plus ``add``."""
+    previous = reporter.previous
+    before = previous.result.detail["total"] if previous is not None else 0
+    return {"total": before + int(request.get("add", 1)), "previous": previous.id if previous else None}

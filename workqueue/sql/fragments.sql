@@ -24,6 +24,8 @@
 --   {item_extend_held:ID, TOKEN, LEASE_S}   move a running item's lease (proof checked)
 --   {item_lock_held:ID, TOKEN, SET}         lock the item if the proof matches
 --   {item_lock_key:KEY}                     lock every unsettled item of a key
+--   {item_lock_keys:KEYS}                   lock every unsettled item of many keys
+--   {item_cancel_keys:SOURCE, KEY}          stop (cancelled) every unsettled item of SOURCE's keys
 --   {item_live_for:QUEUE, KEY}              whether a live item exists (a boolean)
 --   {item_settle:SOURCE, ID, OUTCOME, ERROR}        settle an item for a holder's write
 --   {item_retry_after:SOURCE, ID, DELAY_S, ERROR}   back to queued after the delay
@@ -102,6 +104,27 @@ FOR UPDATE
 SELECT 1 FROM work_items AS w
 WHERE w.key = $key AND w.state IN {states:unsettled}
 FOR UPDATE
+
+
+-- fragment: item_lock_keys(keys)
+-- Lock every unsettled item whose key is in KEYS (a parenthesised SELECT of keys), as
+-- item_lock_key does for one (a batch's cancel locks its children's items first); one row of 1
+-- per item.
+SELECT 1 FROM work_items AS w
+WHERE w.key IN $keys AND w.state IN {states:unsettled}
+FOR UPDATE
+
+
+-- fragment: item_cancel_keys(source, key)
+-- Stop, outcome cancelled, every unsettled item whose key is KEY of a row of the relation
+-- SOURCE (what item_cancel_key does for one key; the caller locked them with
+-- item_lock_keys earlier in the statement). Returns their ids.
+UPDATE work_items AS w
+SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
+    stop_requested_at = coalesce(w.stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
+FROM $source
+WHERE w.key = $key AND w.state IN {states:unsettled}
+RETURNING w.id
 
 
 -- fragment: item_live_for(queue, key)

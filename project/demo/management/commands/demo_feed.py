@@ -52,6 +52,22 @@ class Command(BaseCommand):
                 operations.start("demo.flaky", {"failures": 2}, owner=opts["owner"])
             if n % 5 == 2:
                 operations.start("demo.doomed", {"subject": f"user-{n}"}, owner=opts["owner"])
+            if n % 6 == 1:
+                # Fan-out and fan-in: four exports, then one bundle once all four have ended.
+                exports = [ExportRequest(units=random.randint(2, 5), seconds_per_unit=1.0) for _ in range(4)]
+                batch = operations.batch(
+                    "demo.export", exports, then=("demo.bundle", {"round": n}), owner=opts["owner"]
+                )
+                self.stdout.write(f"round {n}: started batch {batch.id}")
+            if n % 6 == 4:
+                chain = operations.chain(
+                    [
+                        ("demo.step", {"name": name, "add": add})
+                        for name, add in (("fetch", 1), ("resize", 10), ("publish", 100))
+                    ],
+                    owner=opts["owner"],
+                )
+                self.stdout.write(f"round {n}: started chain {chain.id}")
             # Django's own task API, run by the same queue (TASKS points at our backend).
             tasks.add.enqueue(n, n)
             if n % 2 == 1:
