@@ -369,8 +369,8 @@ item AS (
     {item_insert:(
         SELECT child.queue, child.id AS key, NULL::text AS environment_id, child.priority, now() AS run_after,
                0 AS attempts, child.max_attempts, jsonb_build_object() AS metadata, NULL::jsonb AS trace_context,
-               false AS wire
-        FROM child
+               false AS wire, c.spec ->> 'group' AS group_key
+        FROM child JOIN jsonb_array_elements(%(children)s::jsonb) AS c(spec) ON c.spec ->> 'id' = child.id
     )}
     {item_skip_live}
     RETURNING w.queue
@@ -489,8 +489,8 @@ item AS (
     {item_insert:(
         SELECT started.queue, started.id AS key, NULL::text AS environment_id, started.priority,
                now() AS run_after, 0 AS attempts, started.max_attempts, jsonb_build_object() AS metadata,
-               NULL::jsonb AS trace_context, false AS wire
-        FROM started
+               NULL::jsonb AS trace_context, false AS wire, x.spec ->> 'group' AS group_key
+        FROM started JOIN next AS x ON x.spec ->> 'id' = started.id
     )}
     {item_skip_live}
     RETURNING w.queue

@@ -197,3 +197,20 @@ def test_recover_and_reap_leave_a_running_batch_alone():
     assert op_row(b.id).state == "running"
     drain()
     assert op_row(b.id).state == "succeeded"
+
+
+def test_the_group_reaches_every_work_item_a_batch_or_chain_starts():
+    """group= lands on the children's, the later steps' and the then's work items (group_key), so
+    max_running_per_group caps a tenant's batch like its plain operations."""
+    from workqueue.models import WorkItem
+
+    b = operations.batch("test.ops.batch.child", [{"n": 1}, {"n": 2}], then=("test.ops.batch.then", {}), group="t-1")
+    c = operations.chain([("test.ops.chain.add", {"add": 1}), ("test.ops.chain.add", {"add": 2})], group="t-2")
+    kids = [k.id for k in Operation.objects.children_of(b.id)]
+    assert set(WorkItem.objects.filter(key__in=kids).values_list("group_key", flat=True)) == {"t-1"}
+    drain()
+    then = Operation.objects.get(follows_id=b.id)
+    steps = [s.id for s in Operation.objects.children_of(c.id)]
+    assert len(steps) == 2
+    assert WorkItem.objects.get(key=then.id).group_key == "t-1"
+    assert set(WorkItem.objects.filter(key__in=steps).values_list("group_key", flat=True)) == {"t-2"}
