@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import resource
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -117,6 +118,22 @@ class Meter:
         for pid, end in ends.items():
             server += end - (self._backends.get(pid) or 0.0)
         return Cpu(client, server)
+
+
+def wait_quiet(pids: Iterable[int], *, window: float = 0.5, limit: float = 0.03, timeout: float = 30.0) -> bool:
+    """Wait until the processes are idle: under ``limit`` CPU seconds together over ``window``
+    (their imports and start-up done), so a measurement starting now counts only the work.
+    Returns False if they were still busy at ``timeout``."""
+    pids = list(pids)
+    deadline = time.monotonic() + timeout
+    before = sum(process_seconds(p) or 0.0 for p in pids)
+    while time.monotonic() < deadline:
+        time.sleep(window)
+        now = sum(process_seconds(p) or 0.0 for p in pids)
+        if now - before < limit:
+            return True
+        before = now
+    return False
 
 
 def backends_by_app_name(cursor_factory, name: str) -> Callable[[], list[int]]:

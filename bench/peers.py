@@ -288,7 +288,7 @@ def peer_drain(
                     time.sleep(0.05)
                 if enqueuer.stdout.readline().strip() != "ready":
                     raise RuntimeError(f"{system} enqueuer did not start:\n{enqueuer.stderr.read()[-2000:]}")
-                time.sleep(1.0)  # let every worker settle into its idle wait, as ours do
+                cpu.wait_quiet([w.pid for w in workers])  # start-up and lazy imports done, as for ours
                 meter = cpu.Meter([w.pid for w in workers], pids).start()
                 started = time.perf_counter()
                 enqueuer.stdin.write("go\n")

@@ -376,6 +376,7 @@ def drain_once(db: ThrowawayDatabase, count: int, items: int, batch: int, concur
     workers = Workers(db.url, count, ["--queue", "demo.noop", "--batch", str(batch), "--concurrency", str(concurrency)])
     try:
         workers.wait_ready()
+        cpu.wait_quiet([p.pid for p in workers.procs])  # start-up done: measure the drain only
         meter = workers.meter().start()
         tag = uuid.uuid4().hex[:6]
         started = time.perf_counter()
