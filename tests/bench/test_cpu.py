@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import time
 
 import psycopg
 import pytest
@@ -11,31 +10,39 @@ from django.db import connection
 from bench import cpu
 from bench.runner import _conninfo
 
+# Burns 0.3 s of CPU once told to (a line on stdin), then says so: the window covers all of
+# it however loaded the machine is.
 BURN = """
-import time
+import sys, time
+sys.stdin.readline()
 end = time.process_time() + 0.3
 while time.process_time() < end:
     pass
-time.sleep(5)
+print("done", flush=True)
+time.sleep(30)
 """
 
 
 def test_a_process_that_burns_cpu_is_measured_and_an_idle_one_is_not():
-    burner = subprocess.Popen([sys.executable, "-c", BURN])
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    burner = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        time.sleep(0.2)  # both started
+        assert cpu.wait_quiet([burner.pid, sleeper.pid])  # the interpreters' start-up is over
         busy = cpu.Meter([burner.pid], lambda: []).start()
         idle = cpu.Meter([sleeper.pid], lambda: []).start()
-        time.sleep(1.0)
+        burner.stdin.write("go\n")
+        burner.stdin.flush()
+        assert burner.stdout.readline().strip() == "done"
         burnt, slept = busy.stop(), idle.stop()
     finally:
         burner.kill()
         sleeper.kill()
         burner.wait()
         sleeper.wait()
-    assert burnt.client_s >= 0.1
-    assert slept.client_s <= 0.05
+        burner.stdin.close()
+        burner.stdout.close()
+    assert burnt.client_s >= 0.25  # 0.3 s, read at the kernel's clock-tick resolution
+    assert slept.client_s <= 0.02
     assert burnt.server_s is None  # no backend found: nothing to read ("n/a"), not zero
     assert burnt.per_item_us(1000)[0] == pytest.approx(burnt.client_s * 1000)
 
