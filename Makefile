@@ -15,7 +15,7 @@ COV_ARGS ?= $(if $(PYTEST_ARGS),,--cov --cov-report=term-missing:skip-covered --
 VENV52  ?= .venv-django52
 STAMP52 := $(VENV52)/.installed
 
-.PHONY: run test test-django52 test-embed test-pgbouncer lint format bench check venv clean
+.PHONY: run test test-django52 test-embed test-pgbouncer lint format bench bench-peers check venv clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt pyproject.toml
 	@PYBIN=$$(scripts/find-python) || exit 1; \
@@ -74,5 +74,10 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(DEVDB) $(PY) manage.py benchqueue $(BENCH_ARGS)
 
+## bench-peers: our drain beside PgQueuer and Procrastinate (pinned in requirements/peers.txt,
+## installed into .venv-peers, never into .venv), same jobs, same N, same processes, one run.
+bench-peers: $(STAMP)
+	$(DEVDB) $(PY) manage.py benchpeers $(PEERS_ARGS)
+
 clean:
-	rm -rf $(VENV) $(VENV52) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(VENV52) .venv-peers .pytest_cache .ruff_cache .mypy_cache

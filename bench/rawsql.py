@@ -10,13 +10,14 @@ from queue import Empty
 import psycopg
 from psycopg.types.json import Jsonb
 
+from bench import cpu
 from workqueue.sql import CLAIMED_COLUMNS, QUERIES
 
 _ID, _TOKEN = CLAIMED_COLUMNS.index("id"), CLAIMED_COLUMNS.index("lease_token")
 
 
 def _connect(conninfo: str) -> psycopg.Connection:
-    conn = psycopg.connect(conninfo, autocommit=True)
+    conn = psycopg.connect(conninfo, autocommit=True, application_name="bench-raw")
     conn.prepare_threshold = 0  # prepare every statement on first use, as the app does
     return conn
 
@@ -88,11 +89,24 @@ def _claim_params(queue: str, batch: int, lease: float) -> dict:
     }
 
 
+class _Spent:
+    """This process's CPU and its backend's, from construction to ``cpu()``."""
+
+    def __init__(self, conn: psycopg.Connection):
+        self.backend = conn.info.backend_pid
+        self.client0, self.server0 = cpu.self_seconds(), cpu.backend_seconds(self.backend)
+
+    def cpu(self) -> tuple[float, float | None]:
+        server = cpu.backend_seconds(self.backend)
+        return cpu.self_seconds() - self.client0, None if server is None else server - self.server0
+
+
 def _drain_loop(conninfo: str, queue: str, batch: int, lease: float, out) -> None:
     claim, complete = QUERIES["item_claim"], QUERIES["item_complete_many"]
     done = 0
     with _connect(conninfo) as conn:
         params = _claim_params(queue, batch, lease)
+        spent = _Spent(conn)
         while True:
             rows = conn.execute(claim, params).fetchall()
             if not rows:
@@ -102,21 +116,24 @@ def _drain_loop(conninfo: str, queue: str, batch: int, lease: float, out) -> Non
                 {"ids": [r[_ID] for r in rows], "tokens": [r[_TOKEN] for r in rows], "outcome": "succeeded"},
             ).fetchall()
             done += len(rows)
-    out.put(done)
+        out.put((done, *spent.cpu()))
 
 
-def _in_processes(target, args: tuple, count: int) -> tuple[int, float]:
-    """Run ``target(*args, out)`` in ``count`` fresh processes; return (sum of what they put, seconds)."""
+def _in_processes(target, args: tuple, count: int) -> tuple[int, float, cpu.Cpu]:
+    """Run ``target(*args, out)`` in ``count`` fresh processes, each putting (items, its CPU
+    seconds, its backend's or None); return (items, seconds, CPU) summed over them."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=target, args=(*args, out)) for _ in range(count)]
     started = time.perf_counter()
     for p in procs:
         p.start()
-    total, reported = 0, 0
+    total, reported, spent = 0, 0, cpu.Cpu(0.0, 0.0)
     while reported < count:
         try:
-            total += out.get(timeout=1.0)
+            done, client_s, server_s = out.get(timeout=1.0)
+            total += done
+            spent += cpu.Cpu(client_s, server_s)
             reported += 1
         except Empty:
             # A process that died before reporting would leave us waiting for ever: fail instead.
@@ -128,13 +145,16 @@ def _in_processes(target, args: tuple, count: int) -> tuple[int, float]:
     elapsed = time.perf_counter() - started
     for p in procs:
         p.join()
-    return total, elapsed
+    return total, elapsed, spent
 
 
-def drain(conninfo: str, queue: str, *, connections: int, batch: int, lease: float = 30.0) -> tuple[int, float]:
-    """Claim and complete everything queued on ``queue`` from N processes; return (items, items/s)."""
-    total, elapsed = _in_processes(_drain_loop, (conninfo, queue, batch, lease), connections)
-    return total, total / elapsed
+def drain(
+    conninfo: str, queue: str, *, connections: int, batch: int, lease: float = 30.0
+) -> tuple[int, float, cpu.Cpu]:
+    """Claim and complete everything queued on ``queue`` from N processes; return (items, items/s,
+    CPU of the loops and of their backends)."""
+    total, elapsed, spent = _in_processes(_drain_loop, (conninfo, queue, batch, lease), connections)
+    return total, total / elapsed, spent
 
 
 def _ops_loop(conninfo: str, n: int, batch: int, lease: float, out) -> None:
@@ -170,6 +190,7 @@ def _ops_loop(conninfo: str, n: int, batch: int, lease: float, out) -> None:
             ).fetchall()
         params = _claim_params("raw.ops", batch, lease)
         state = RUN_COLUMNS.index("state")
+        spent = _Spent(conn)  # the worker's side only (claim, begin, finish), as for runworker
         while True:
             rows = conn.execute(claim, params).fetchall()
             if not rows:
@@ -200,10 +221,13 @@ def _ops_loop(conninfo: str, n: int, batch: int, lease: float, out) -> None:
                     },
                 ).fetchall()
                 done += 1
-    out.put(done)
+        out.put((done, *spent.cpu()))
 
 
-def operations_life(conninfo: str, n: int, *, connections: int, batch: int, lease: float = 120.0) -> float:
-    """Ops/s for the operations statements (start, claim, begin, finish) from N tight loops."""
-    total, elapsed = _in_processes(_ops_loop, (conninfo, n // connections, batch, lease), connections)
-    return total / elapsed
+def operations_life(
+    conninfo: str, n: int, *, connections: int, batch: int, lease: float = 120.0
+) -> tuple[float, int, cpu.Cpu]:
+    """Ops/s for the operations statements (start, claim, begin, finish) from N tight loops, the
+    operations run, and the CPU of the worker's side (claim, begin, finish) and its backends."""
+    total, elapsed, spent = _in_processes(_ops_loop, (conninfo, n // connections, batch, lease), connections)
+    return total / elapsed, total, spent

@@ -20,7 +20,7 @@ import psycopg
 from django.core.management import call_command
 from django.db import connection, connections, transaction
 
-from bench import rawsql
+from bench import cpu, rawsql
 from bench.history import bench_history
 from workqueue.testing import database_url
 
@@ -91,6 +91,18 @@ class Row:
     unit: str
     ceiling: float | None = None
     note: str = ""
+    # CPU per item in µs (bench/cpu.py): the measured processes' and their PostgreSQL
+    # backends' (None: not measured, or the server is not local), ours and the ceiling's.
+    spent: cpu.Cpu | None = None
+    spent_items: int = 0
+    raw_spent: cpu.Cpu | None = None
+    raw_spent_items: int = 0
+
+    def cpu_us(self, raw: bool = False) -> tuple[float | None, float | None]:
+        spent, items = (self.raw_spent, self.raw_spent_items) if raw else (self.spent, self.spent_items)
+        if spent is None:
+            return None, None
+        return spent.per_item_us(items)
 
     @property
     def ratio(self) -> float | None:
@@ -108,7 +120,10 @@ class Report:
         return row
 
     def table(self) -> str:
-        head = f"{'measure':<46} {'value':>12}  {'unit':<10} {'raw SQL':>12}  {'ratio':>6}  note"
+        head = (
+            f"{'measure':<46} {'value':>12}  {'unit':<10} {'raw SQL':>12}  {'ratio':>6}  "
+            f"{'CPU µs/item: client':>19} {'pg':>6} {'raw client':>10} {'raw pg':>6}  note"
+        )
         lines = [head, "-" * len(head)]
         for r in self.rows:
             ceiling = f"{r.ceiling:,.0f}" if r.ceiling else ""
@@ -116,7 +131,19 @@ class Report:
             value = f"{r.value:,.1f}" if r.value < 100 else f"{r.value:,.0f}"
             if r.unit == "ratio":
                 value = f"{r.value:.2f}"
-            lines.append(f"{r.name:<46} {value:>12}  {r.unit:<10} {ceiling:>12}  {ratio:>6}  {r.note}")
+            cells = []
+            for raw, spent in ((False, r.spent), (True, r.raw_spent)):
+                client, server = r.cpu_us(raw)
+                cells += ["", ""] if spent is None else [cpu.fmt_us(client), cpu.fmt_us(server)]
+            lines.append(
+                f"{r.name:<46} {value:>12}  {r.unit:<10} {ceiling:>12}  {ratio:>6}  "
+                f"{cells[0]:>19} {cells[1]:>6} {cells[2]:>10} {cells[3]:>6}  {r.note}"
+            )
+        if any(r.spent is not None for r in self.rows):
+            lines.append(
+                "CPU µs/item: user+sys of the worker processes (client) and of their PostgreSQL backends (pg), "
+                "per item, over the measured window; n/a: the server is not on this machine"
+            )
         if self.meta.get("quick"):
             lines.append("(--quick: too few items for these figures to mean anything; it only proves the command runs)")
         return "\n".join(lines)
@@ -132,10 +159,22 @@ class Report:
                     "raw_sql": r.ceiling,
                     "ratio": r.ratio,
                     "note": r.note,
+                    **_cpu_dict(r),
                 }
                 for r in self.rows
             ],
         }
+
+
+def _cpu_dict(r: Row) -> dict:
+    """The JSON's CPU fields: µs per item (null: not measured, or the server is not local)."""
+    out = {}
+    for prefix, raw, spent in (("cpu", False, r.spent), ("raw_sql_cpu", True, r.raw_spent)):
+        if spent is not None:
+            client, server = r.cpu_us(raw)
+            out[f"{prefix}_client_us_per_item"] = client
+            out[f"{prefix}_postgres_us_per_item"] = server
+    return out
 
 
 # -- the throwaway database --------------------------------------------------------------
@@ -204,8 +243,12 @@ class Workers:
     """Some `runworker` processes, started and waited for until they report in."""
 
     def __init__(self, db_url: str, count: int, args: list[str], env: dict | None = None):
+        # Every connection the workers open carries this application_name (libpq reads
+        # PGAPPNAME), so their backends can be found in pg_stat_activity for the CPU figures.
+        self.app_name = cpu.app_name("bench-worker")
         self.env = dict(
             os.environ,
+            PGAPPNAME=self.app_name,
             DATABASE_URL=db_url,
             DEBUG="0",  # DEBUG logs every statement and its parameters: not what production runs
             SECRET_KEY=BENCH_SECRET_KEY,  # the settings refuse DEBUG off without one
@@ -236,6 +279,10 @@ class Workers:
             time.sleep(0.05)
         time.sleep(0.3)  # let each settle into its first idle wait
 
+    def meter(self) -> cpu.Meter:
+        """A CPU meter over these processes and their backends (start it, then stop it before stop())."""
+        return cpu.Meter([p.pid for p in self.procs], cpu.backends_by_app_name(connection.cursor, self.app_name))
+
     def rss(self) -> list[float]:
         return [_rss_mb(p.pid) for p in self.procs]
 
@@ -259,11 +306,23 @@ class Workers:
             log.close()
 
 
-def _wait_drained(queue: str, timeout: float) -> None:
+def _unsettled(queue: str) -> bool:
+    """Whether ``queue`` has anything left to run, asked so that the two partial indexes the
+    claim itself reads answer it (queued: work_items_claim_idx; held: work_items_held_idx).
+    ``unsettled().exists()`` cost 12.5 ms a call at the end of a 20,000-item drain (it walks an
+    index of every key), every 20 ms, on the 2 cores the workers and the server share."""
     from workqueue.models import WorkItem
 
+    mine = WorkItem.objects.filter(queue=queue)
+    return (
+        mine.filter(state="queued", wire=False).exists()
+        or mine.filter(state__in=["starting", "active", "stopping"]).exists()
+    )  # the benchmark's queues carry no wire items
+
+
+def _wait_drained(queue: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while WorkItem.objects.filter(queue=queue).unsettled().exists():
+    while _unsettled(queue):
         if time.monotonic() > deadline:
             raise RuntimeError(f"queue {queue} did not drain in {timeout:.0f}s")
         time.sleep(0.02)
@@ -322,36 +381,6 @@ FLOW_CASES = (
 )
 
 
-def _drain_once(opts: Options, db: ThrowawayDatabase, count: int, *, groups: int = 0) -> float:
-    from workqueue.models import WorkItem
-
-    _reset()
-    workers = Workers(
-        db.url,
-        count,
-        ["--queue", "demo.noop", "--batch", str(opts.batch), "--concurrency", str(opts.concurrency)],
-    )
-    try:
-        workers.wait_ready()
-        tag = uuid.uuid4().hex[:6]
-        started = time.perf_counter()
-        for base in range(0, opts.drain_items, 10_000):
-            n = min(10_000, opts.drain_items - base)
-            if groups:
-                WorkItem.objects.enqueue_many(
-                    [
-                        {"queue": "demo.noop", "key": f"d-{tag}-{base + i}", "group": f"g{(base + i) % groups}"}
-                        for i in range(n)
-                    ]
-                )
-            else:
-                WorkItem.objects.enqueue_many([("demo.noop", f"d-{tag}-{base + i}") for i in range(n)])
-        _wait_drained("demo.noop", timeout=max(60, opts.drain_items / 500))
-        return opts.drain_items / (time.perf_counter() - started)
-    finally:
-        workers.stop()
-
-
 def bench_drain(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
     from workqueue import controls
     from workqueue.models import WorkItem
@@ -359,12 +388,18 @@ def bench_drain(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
     raw_by_count = {}
     for count in opts.workers:
         rates, raw_rates = [], []
+        spent, raw_spent, raw_items = cpu.Cpu(0.0, 0.0), cpu.Cpu(0.0, 0.0), 0
         for _ in range(opts.runs):
-            rates.append(_drain_once(opts, db, count))
+            _reset()
+            rate, run_spent = drain_once(db, count, opts.drain_items, opts.batch, opts.concurrency)
+            rates.append(rate)
+            spent += run_spent
             _reset()
             WorkItem.objects.enqueue_many([("raw.drain", f"r-{i}") for i in range(opts.drain_items)])
-            _n, raw_rate = rawsql.drain(db.conninfo, "raw.drain", connections=count, batch=opts.batch)
+            n, raw_rate, run_raw = rawsql.drain(db.conninfo, "raw.drain", connections=count, batch=opts.batch)
             raw_rates.append(raw_rate)
+            raw_spent += run_raw
+            raw_items += n
         raw_by_count[count] = statistics.median(raw_rates)
         report.add(
             f"drain, {count} runworker process{'es' if count > 1 else ''} (no-op)",
@@ -372,12 +407,21 @@ def bench_drain(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
             "items/s",
             raw_by_count[count],
             f"batch {opts.batch}, concurrency {opts.concurrency}",
+            spent=spent,
+            spent_items=opts.drain_items * opts.runs,
+            raw_spent=raw_spent,
+            raw_spent_items=raw_items,
         )
     count = max(opts.workers)
     for label, limits in FLOW_CASES:
         controls.write("demo.noop", limits=limits, by="benchqueue")
         try:
-            rates = [_drain_once(opts, db, count, groups=FLOW_GROUPS) for _ in range(opts.runs)]
+            rates = []
+            for _ in range(opts.runs):
+                _reset()
+                rates.append(
+                    drain_once(db, count, opts.drain_items, opts.batch, opts.concurrency, groups=FLOW_GROUPS)[0]
+                )
         finally:
             controls.write("demo.noop", clear=list(limits), by="benchqueue")
         report.add(
@@ -387,6 +431,39 @@ def bench_drain(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
             raw_by_count[count],
             "a runtime override; ratio to the plain raw-SQL drain",
         )
+
+
+def drain_once(
+    db: ThrowawayDatabase, count: int, items: int, batch: int, concurrency: int, *, groups: int = 0
+) -> tuple[float, cpu.Cpu]:
+    """Start ``count`` runworker processes, enqueue ``items`` no-op items (spread over ``groups``
+    groups when given), wait until they are drained; return (items/s from the enqueue on, CPU
+    the workers and their backends spent)."""
+    from workqueue.models import WorkItem
+
+    workers = Workers(db.url, count, ["--queue", "demo.noop", "--batch", str(batch), "--concurrency", str(concurrency)])
+    try:
+        workers.wait_ready()
+        cpu.wait_quiet([p.pid for p in workers.procs])  # start-up done: measure the drain only
+        meter = workers.meter().start()
+        tag = uuid.uuid4().hex[:6]
+        started = time.perf_counter()
+        for base in range(0, items, 10_000):
+            n = min(10_000, items - base)
+            if groups:
+                WorkItem.objects.enqueue_many(
+                    [
+                        {"queue": "demo.noop", "key": f"d-{tag}-{base + i}", "group": f"g{(base + i) % groups}"}
+                        for i in range(n)
+                    ]
+                )
+            else:
+                WorkItem.objects.enqueue_many([("demo.noop", f"d-{tag}-{base + i}") for i in range(n)])
+        _wait_drained("demo.noop", timeout=max(60, items / 500))
+        rate = items / (time.perf_counter() - started)
+        return rate, meter.stop()
+    finally:
+        workers.stop()
 
 
 def bench_latency(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
@@ -451,13 +528,17 @@ def _in_threads(n: int, fn, threads: int) -> None:
 
 def _life(
     opts: Options, db: ThrowawayDatabase, n: int, queue_args: list[str], start_one, done_count
-) -> tuple[float, float]:
+) -> tuple[float, float, cpu.Cpu]:
+    """(done/s, started/s, CPU of the 2 workers and their backends) over opts.runs; the
+    starters' CPU (threads in this process) is not in it."""
     rates, start_rates = [], []
+    spent = cpu.Cpu(0.0, 0.0)
     for _ in range(opts.runs):
         _reset()
         workers = Workers(db.url, 2, [*queue_args, "--batch", str(opts.batch), "--concurrency", str(opts.concurrency)])
         try:
             workers.wait_ready()
+            meter = workers.meter().start()
             started = time.perf_counter()
             _in_threads(n, start_one, opts.starters)
             start_rates.append(n / (time.perf_counter() - started))
@@ -467,16 +548,17 @@ def _life(
                     raise RuntimeError("operations did not finish:\n" + workers.output())
                 time.sleep(0.02)
             rates.append(n / (time.perf_counter() - started))
+            spent += meter.stop()
         finally:
             workers.stop()
-    return statistics.median(rates), statistics.median(start_rates)
+    return statistics.median(rates), statistics.median(start_rates), spent
 
 
 def bench_operations(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
     import operations
     from operations.models import Operation
 
-    rate, start_rate = _life(
+    rate, start_rate, spent = _life(
         opts,
         db,
         opts.operations,
@@ -485,13 +567,17 @@ def bench_operations(opts: Options, db: ThrowawayDatabase, report: Report) -> No
         lambda: Operation.objects.succeeded().count(),
     )
     _reset()
-    raw = rawsql.operations_life(db.conninfo, opts.operations, connections=2, batch=opts.batch)
+    raw, raw_n, raw_spent = rawsql.operations_life(db.conninfo, opts.operations, connections=2, batch=opts.batch)
     report.add(
         "operations: start → run no-op → succeeded, 2 workers",
         rate,
         "ops/s",
         raw,
         note=f"started from {opts.starters} threads at {start_rate:,.0f}/s",
+        spent=spent,
+        spent_items=opts.operations * opts.runs,
+        raw_spent=raw_spent,
+        raw_spent_items=raw_n,
     )
 
 
@@ -537,7 +623,7 @@ def bench_tasks(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
     from operations.models import Operation
     from project.demo.tasks import add
 
-    rate, start_rate = _life(
+    rate, start_rate, spent = _life(
         opts,
         db,
         opts.tasks,
@@ -550,6 +636,8 @@ def bench_tasks(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
         rate,
         "tasks/s",
         note=f"enqueued from {opts.starters} threads at {start_rate:,.0f}/s",
+        spent=spent,
+        spent_items=opts.tasks * opts.runs,
     )
 
 

@@ -161,6 +161,13 @@ class LeaseKeeper:
             with self._lock:
                 self._holds.pop(hold, None)
 
+    def drop_many(self, holds) -> None:
+        """``drop`` for a batch (one lock for all: the settler drops every item it settled)."""
+        with self._lock:
+            pop = self._holds.pop
+            for hold in holds:
+                pop(hold, None)
+
     def holds(self) -> list[Hold]:
         with self._lock:
             return list(self._holds)

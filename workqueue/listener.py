@@ -166,7 +166,11 @@ class Signal:
         self._event = threading.Event()
 
     def set(self, *_args) -> None:
-        self._event.set()
+        # Already set: nothing to do, and no lock to take (the settler calls this per batch,
+        # the listener per notification). A set() skipped here is never lost: the waiter
+        # clears the flag only after it woke, and looks at the work after clearing it.
+        if not self._event.is_set():
+            self._event.set()
 
     def wait(self, timeout: float | None) -> bool:
         fired = self._event.wait(timeout)

@@ -33,6 +33,17 @@ def test_benchqueue_quick_prints_every_figure_beside_its_ceiling(run_command, tm
     drains = [r for name, r in results.items() if name.startswith("drain")]
     assert drains and all(r["value"] > 0 and r["raw_sql"] > 0 and r["ratio"] > 0 for r in drains)
     assert all(r["value"] > 0 for r in results.values())
+    # CPU per item beside every drain and life figure: the workers' and (the test server is
+    # local) their backends'; and the ceiling's beside the drains and operations.
+    lives = [r for name, r in results.items() if name.startswith(("drain", "operations", "@task"))]
+    assert len(lives) == 4
+    for r in lives:
+        assert r["cpu_client_us_per_item"] > 0, r
+        assert r["cpu_postgres_us_per_item"] > 0, r
+    for r in lives[:3]:
+        assert r["raw_sql_cpu_client_us_per_item"] > 0, r
+        assert r["raw_sql_cpu_postgres_us_per_item"] > 0, r
+    assert "CPU µs/item" in done.stdout
 
 
 HISTORY_ROWS = (

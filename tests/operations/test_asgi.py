@@ -61,6 +61,7 @@ def asgi_server(subprocess_env):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)
+    log.close()  # left open, its ResourceWarning surfaced in whichever test ran at the next GC (test_chaos)
 
 
 @pytest.fixture

@@ -126,3 +126,15 @@ def test_a_renewal_is_bounded_by_the_lease_left_so_a_stalled_database_cannot_han
         other.rollback()
     failure = keeper.close()
     assert isinstance(failure, OperationalError) and "statement timeout" in str(failure)
+
+
+def test_drop_many_stops_renewing_the_holds_it_names_and_keeps_renewing_the_others(keeper):
+    dropped, kept = claim(["a", "b"])
+    holds = keeper.hold_many([dropped, kept], lease=1.5)
+    keeper.drop_many([holds[0]])
+    assert keeper.holds() == [holds[1]]
+    before = {k: row(k).lease_expires_at for k in ("a", "b")}
+    wait_until(lambda: row("b").lease_expires_at > before["b"], timeout=5, message="a renewal of the kept hold")
+    wait_until(lambda: db_now() > before["a"] + dt.timedelta(seconds=0.2), timeout=10, message="the dropped lease")
+    assert row("a").lease_expires_at == before["a"]  # never renewed: it lapses
+    assert [i.key for i in WorkItem.objects.lapsed()] == ["a"]

@@ -162,14 +162,18 @@ def test_items_the_settler_settles_are_never_reported_as_lost_leases(caplog):
             queues=["test.settled"], concurrency=3, batch=4, poll=0.2, worker_id="late", install_signals=False
         )
     )
-    drop = worker.keeper.drop
+    drop, drop_many = worker.keeper.drop, worker.keeper.drop_many
 
-    def late_drop(hold):
-        if threading.current_thread().name == "workqueue-settler":
-            time.sleep(1.2)  # longer than a renewal interval (0.5 s) plus the keeper's tick
-        drop(hold)
+    def late(dropping):
+        def slowly(holds):
+            if threading.current_thread().name == "workqueue-settler":
+                time.sleep(1.2)  # longer than a renewal interval (0.5 s) plus the keeper's tick
+            dropping(holds)
 
-    worker.keeper.drop = late_drop
+        return slowly
+
+    # The settler drops a settled batch's holds with drop_many (one hold at a time: drop).
+    worker.keeper.drop, worker.keeper.drop_many = late(drop), late(drop_many)
 
     def run():
         try:

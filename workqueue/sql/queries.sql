@@ -158,7 +158,7 @@ ORDER BY handed.priority DESC, handed.claim_run_after, handed.id;
 -- proof still matched at the statement's start), to be retried. held = false: lost.
 -- Rows are matched on (id, proof): a worker may hold an old and a new claim of one item.
 WITH t AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(leases)s::float8[]) AS t(id, token, lease_s)
+    SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(leases)b::float8[]) AS t(id, token, lease_s)
 ),
 mine AS (
     SELECT w.id, t.lease_s FROM work_items w JOIN t ON t.id = w.id
@@ -189,10 +189,12 @@ FROM t LEFT JOIN renewed r ON r.id = t.id AND r.lease_token = t.token;
 -- so the planner cannot read work_items_held_idx instead: on a table of history it estimates
 -- the held rows at one, and its generic plan for this prepared statement compared every held
 -- row of the fleet (and each settled row's entry not yet vacuumed) with every presented id.
+-- The arrays travel in the binary format (%(name)b): spelling out and escaping hundreds of
+-- ids and UUIDs as text cost the settler ~4 µs of CPU per item, binary ~1 µs.
 UPDATE work_items w
 SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS t(id, token)
 WHERE w.id = t.id AND w.lease_token = t.token AND w.state NOT IN {states:unheld}
 RETURNING w.id, t.token;
 

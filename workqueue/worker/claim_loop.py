@@ -142,6 +142,10 @@ class ClaimLoop:
     def _hold(self, items: list[Item]) -> list[Hold]:
         """Give the lease keeper the claimed items (each with its queue's lease), in claim order."""
         conf = wq_settings()
+        first = items[0].queue
+        if all(item.queue == first for item in items):  # the usual claim: one queue, no regrouping
+            qconf = conf.queue(first)
+            return self.keeper.hold_many(items, lease=qconf.lease, stall=qconf.stall, started=False)
         by_queue: dict[str, list[Item]] = {}
         for item in items:
             by_queue.setdefault(item.queue, []).append(item)

@@ -80,6 +80,22 @@ class Ledger:
         if refill:
             self.wake.set()
 
+    def finished_many(self, holds: list[Hold], lost: set[int]) -> None:
+        """``finished`` for a settled batch: ok unless ``id(hold.item)`` is in ``lost``. One lock,
+        one lease-keeper drop and at most one wake-up for the whole batch, not one per item."""
+        with self._lock:
+            mine = [hold for hold in holds if hold in self._holds]
+            self._holds.difference_update(mine)
+            failed = sum(1 for hold in mine if id(hold.item) in lost) if lost else 0
+            self.inflight -= len(mine)
+            self.processed += len(mine)
+            self.succeeded += len(mine) - failed
+            self.failed += failed
+            refill = self.inflight <= self.refill_at
+        self.keeper.drop_many(mine)
+        if refill and mine:
+            self.wake.set()
+
     def given_back(self, hold: Hold) -> None:
         """Forget a claim released without running (not counted as processed)."""
         with self._lock:

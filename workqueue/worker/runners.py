@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import queue as stdqueue
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from django.db import connections
 
@@ -28,6 +28,9 @@ from workqueue import handlers as registry
 from workqueue.handlers import Handler
 from workqueue.lease import Hold, LeaseKeeper
 from workqueue.worker.context import Context
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 from workqueue.worker.ledger import Ledger
 from workqueue.worker.settler import Settler
 
@@ -68,10 +71,15 @@ class Runs:
         self.worker_id = worker_id
         self.using = using
 
-    def begin(self, hold: Hold) -> tuple[Handler, Context] | None:
-        """Get ``hold``'s item ready to run; None if it must not run (already accounted for)."""
+    def begin(self, hold: Hold, connection: BaseDatabaseWrapper | None = None) -> tuple[Handler, Context] | None:
+        """Get ``hold``'s item ready to run; None if it must not run (already accounted for).
+
+        ``connection``: this runner's database wrapper, when the pool knows it (a runner thread
+        keeps the same one for its life), which spares a lookup through Django's per-thread
+        connection handler for every item.
+        """
         item = hold.item
-        drop_if_broken(self.using)
+        _drop_if_broken(connection if connection is not None else connections[self.using])
         handler = registry.get(item.queue)
         if self.draining.is_set():
             self.settler.give_back([hold])  # shutting down: do not start it
@@ -137,21 +145,24 @@ class ThreadRunnerPool:
             t.join(timeout)
 
     def _loop(self) -> None:
+        # This thread's wrapper: Django gives each thread its own and keeps it for the thread's
+        # life (closing it keeps the wrapper), so look it up once, not per item.
+        connection = connections[self.runs.using]
         try:
             while True:
                 hold = self._queue.get()
                 if hold is None:
                     return
                 try:
-                    self._run_one(hold)
+                    self._run_one(hold, connection)
                 except BaseException:
                     # Never lose a runner (a slot of capacity) or leave the item counted in flight.
                     self.runs.crashed(hold)
         finally:
             connections.close_all()
 
-    def _run_one(self, hold: Hold) -> None:
-        started = self.runs.begin(hold)
+    def _run_one(self, hold: Hold, connection: BaseDatabaseWrapper | None = None) -> None:
+        started = self.runs.begin(hold, connection)
         if started is None:
             return
         handler, ctx = started
@@ -169,7 +180,10 @@ def drop_if_broken(using: str) -> None:
     Deliberately not close_old_connections(): a worker keeps its connections (and their
     prepared statements) for its whole life, whatever CONN_MAX_AGE says for requests.
     """
-    conn = connections[using]
+    _drop_if_broken(connections[using])
+
+
+def _drop_if_broken(conn: BaseDatabaseWrapper) -> None:
     if conn.connection is not None and conn.errors_occurred:
         if conn.is_usable():
             conn.errors_occurred = False

@@ -177,9 +177,8 @@ class Settler:
                 if lost:
                     log.warning("%d item(s) not settled: lease lost (%s)", len(lost), ", ".join(map(repr, lost[:5])))
                     self.ledger.count_lost(len(lost))
-                lost_items = {id(i) for i in lost}  # these Item objects: one per claim
-                for hold in batch:
-                    self.ledger.finished(hold, ok=id(hold.item) not in lost_items)
+                # These Item objects: one per claim, so an old and a new claim of one item differ.
+                self.ledger.finished_many(batch, {id(i) for i in lost})
         finally:
             connections.close_all()
 

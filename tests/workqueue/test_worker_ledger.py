@@ -1,0 +1,40 @@
+"""The worker's ledger settles a batch in one step with the same accounting as one by one."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from workqueue.items import Item
+from workqueue.lease import LeaseKeeper
+from workqueue.listener import Signal
+from workqueue.worker.ledger import Ledger
+
+
+def _item(n: int) -> Item:
+    now = dt.datetime.now(dt.UTC)
+    return Item(n, f"work_{n}", "q", f"k{n}", None, "active", None, 0, now, 1, 5, None, now, False)
+
+
+def test_finished_many_counts_settled_and_lost_drops_the_holds_and_wakes_the_claim_loop_once():
+    keeper = LeaseKeeper(tick=60)  # nothing is due within the test: the keeper never renews
+    wake = Signal()
+    ledger = Ledger(keeper, wake, max_inflight=6, refill_at=3)
+    try:
+        holds = keeper.hold_many([_item(n) for n in range(6)], lease=300, started=False)
+        ledger.claimed(holds)
+        assert ledger.free() == 0  # 6 in flight, above refill_at
+        lost = {id(holds[1].item)}
+        ledger.finished_many(holds[:4], lost)
+        assert (ledger.inflight, ledger.processed, ledger.succeeded, ledger.failed) == (2, 4, 3, 1)
+        assert keeper.holds() == holds[4:]
+        assert wake.wait(0)  # capacity freed: the claim loop is woken
+        assert not wake.wait(0)  # once
+        ledger.finished_many(holds[:4], set())  # already accounted for: nothing changes
+        ledger.finished(holds[0], ok=True)
+        assert (ledger.inflight, ledger.processed, ledger.succeeded, ledger.failed) == (2, 4, 3, 1)
+        assert not wake.wait(0)
+        ledger.finished_many(holds[4:], set())
+        assert (ledger.inflight, ledger.processed, ledger.succeeded) == (0, 6, 5)
+        assert keeper.holds() == [] and ledger.free() == 6
+    finally:
+        keeper.close()
