@@ -235,9 +235,9 @@ def _explain(conn, text: str, params=None) -> str:
 
 
 def _named_args(statement: str) -> list[str]:
-    """The %(name)s parameters of ``statement`` in the order psycopg numbers them."""
+    """The %(name)s (or binary %(name)b) parameters of ``statement`` in the order psycopg numbers them."""
     seen: list[str] = []
-    for name in re.findall(r"%\((\w+)\)s", statement):
+    for name in re.findall(r"%\((\w+)\)[sbt]", statement):
         if name not in seen:
             seen.append(name)
     return seen
