@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from workqueue import tracing
+
 log = logging.getLogger("operations.reporter")
 
 MAX_MESSAGE = 1024
@@ -128,6 +130,8 @@ class Reporter:
         self.flush_errors = 0
         self._closed = False
         self.due = False  # a unit boundary is waiting for the flusher thread
+        # The run's span (workqueue.tracing): each flush adds a progress event to it.
+        self._span = tracing.current_span()
 
     # -- what a run calls ---------------------------------------------------------------
 
@@ -240,6 +244,18 @@ class Reporter:
             self.revision, self.cancel_requested = rows[0][0], rows[0][1]
             if self.cancel_requested:
                 self.cancelled.set()
+            if self._span is not None:
+                tracing.add_event(
+                    self._span,
+                    "operations.progress",
+                    {
+                        "operations.units_done": self._units_done,
+                        "operations.units_total": -1 if self._units_total is None else self._units_total,
+                        "operations.count": self._count,
+                        "operations.unit": self._unit,
+                        "operations.message": self._message,
+                    },
+                )
             return Ack(revision=self.revision, cancel_requested=self.cancel_requested, held=True)
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ from operations.exceptions import UnknownKind
 from operations.models import Result
 from operations.registry import registry
 from operations.reporter import Attempt, Reporter, flusher
+from workqueue import tracing
 
 log = logging.getLogger("operations.runner")
 
@@ -107,11 +108,14 @@ def handle(item, ctx) -> None:
     conf = ops_settings()
     using = ctx.using
     common = {"id": item.key, "item_id": item.id, "token": item.lease_token}
-    rows = store.run(
-        "op_begin",
-        {**common, "lease": conf.lease, "worker_id": ctx.worker_id, "relaxed": store.may_relax(using)},
-        using=using,
-    )
+    with tracing.span("operations.begin", {"operations.id": item.key}) as span:
+        rows = store.run(
+            "op_begin",
+            {**common, "lease": conf.lease, "worker_id": ctx.worker_id, "relaxed": store.may_relax(using)},
+            using=using,
+        )
+        if span is not None:
+            span.set_attribute("operations.begun", bool(rows))
     if not rows:
         with transaction.atomic(using=using):
             ended = store.run("op_settle_unbegun", common, using=using)
@@ -179,11 +183,17 @@ def handle(item, ctx) -> None:
         # out is not an outcome. The worker's release returns the operation to pending.
         log.warning("%s: stopped by its worker; not recorded", op.id)
         return
-    if failure is not None:
-        delay = definition.delay_after(op.request, attempt.number, conf.retry_delay)
-        state = _failed(reporter, common, failure, attempt, delay)
-    else:
-        state = _succeeded(reporter, common, result)
+    with tracing.span(
+        f"operations.finish {op.kind}",
+        {"operations.id": op.id, "operations.kind": op.kind, "operations.attempt": attempt.number},
+    ) as span:
+        if failure is not None:
+            delay = definition.delay_after(op.request, attempt.number, conf.retry_delay)
+            state = _failed(reporter, common, failure, attempt, delay)
+        else:
+            state = _succeeded(reporter, common, result)
+        if span is not None:
+            span.set_attribute("operations.state", state or "released")
     ctx.settled = True
     if state is not None and definition.finished is not None:
         try:

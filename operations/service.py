@@ -22,7 +22,7 @@ from operations.exceptions import DuplicateOperation, InvalidRequest, OperationN
 from operations.models import TERMINAL_STATES, Operation, State
 from operations.registry import registry
 from workqueue.conf import QUEUE_NAME, wq_settings
-from workqueue.managers import _aware, _seconds
+from workqueue.managers import _aware, _current_trace, _seconds
 from workqueue.models import WorkItem
 
 MAX_ID_LENGTH = 200
@@ -102,6 +102,7 @@ def start(
             "delay": _seconds(delay, "delay"),
             "run_after": _aware(run_after),
             "queue_channel": wq_settings().notify_channel,
+            "trace_context": _current_trace(),
         },
         using=using,
     )

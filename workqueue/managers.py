@@ -16,7 +16,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
 
-from workqueue import hooks, sql
+from workqueue import hooks, sql, tracing
 from workqueue.conf import QUEUE_NAME, wq_settings
 from workqueue.exceptions import InvalidInput, InvalidMetadata, LeaseLost, UnknownEnvironment
 from workqueue.items import Item
@@ -190,6 +190,12 @@ def _env_id(environment) -> str | None:
     return env_id
 
 
+def _current_trace() -> Jsonb | None:
+    """The caller's W3C trace context for a new item (None without OpenTelemetry or a span)."""
+    found = tracing.inject()
+    return Jsonb(found) if found is not None else None
+
+
 class WorkItemManager(WireLane, models.Manager):
     """The queue's verbs. Each is one statement; see ``sql/queries.sql`` for the SQL."""
 
@@ -239,7 +245,7 @@ class WorkItemManager(WireLane, models.Manager):
                 "attempts": int(attempts),
                 "max_attempts": max_attempts,
                 "metadata": Jsonb(validate_metadata(metadata)),
-                "trace_context": Jsonb(trace_context) if trace_context is not None else None,
+                "trace_context": Jsonb(trace_context) if trace_context is not None else _current_trace(),
                 "over_wire": conf.over_wire,
                 "channel": wq_settings().notify_channel,
             },
@@ -311,6 +317,7 @@ class WorkItemManager(WireLane, models.Manager):
             known = set(Environment.objects.using(self.db).filter(pk__in=env_ids).values_list("pk", flat=True))
             if env_ids - known:
                 raise UnknownEnvironment(sorted(env_ids - known)[0])
+        cols["trace_context"] = _current_trace()
         with transaction.atomic(using=self.db, savepoint=False):
             rows = sql.run("item_enqueue_many", cols, using=self.db)
             sql.run(

@@ -35,7 +35,7 @@ from django.db.utils import InterfaceError, OperationalError
 
 from workqueue import handlers as registry
 from workqueue import listener as listener_mod
-from workqueue import sql
+from workqueue import sql, tracing
 from workqueue.conf import wq_settings
 from workqueue.exceptions import LeaseLost, Permanent, Retry
 from workqueue.items import Item
@@ -421,21 +421,26 @@ class Worker:
             # The handler keeps its own lease from here on (operations' progress flushes).
             self.keeper.drop(hold)
         outcome = None
+        traced = tracing.start_run(item, self.worker_id)
+        ended, error = "succeeded", None  # what the run's span records
         try:
             handler.fn(item, ctx)
             outcome = "complete"
         except (Retry, Permanent) as exc:
-            self._fail(item, ctx, *failure_of(exc))
-        except LeaseLost:
+            ended, error = self._fail(item, ctx, *failure_of(exc)), exc
+        except LeaseLost as exc:
             log.warning("%r: lease lost while running; not settled", item)
+            ended, error = "lost", exc
             with self._lock:
                 self.lost += 1
         except _DB_ERRORS as exc:
+            error = exc
             if connections[self.using].is_usable():
                 log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
-                self._fail(item, ctx, *failure_of(exc))
+                ended = self._fail(item, ctx, *failure_of(exc))
             else:
                 connections[self.using].close()
+                ended = "released"
                 if not ctx.settled:
                     self._connection_lost(item, ctx, exc)
         except BaseException as exc:
@@ -444,12 +449,15 @@ class Worker:
             # on its main thread (SIGINT/SIGTERM handlers), never as an exception in a runner.
             # They must not take a runner thread (a slot of this worker's capacity) with them.
             log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
-            self._fail(item, ctx, *failure_of(exc))
+            ended, error = self._fail(item, ctx, *failure_of(exc)), exc
         finally:
             with self._lock:
                 self._running.pop(hold, None)
             if ctx._settling and not ctx.settled:
                 hold.settling = False  # the handler's settlement rolled back: the item is still held
+            if outcome == "complete" and not ctx.settled and ctx.is_cancelled():
+                ended = "cancelled"
+            tracing.end_run(traced, ended, error)
         if outcome == "complete" and not ctx.settled and ctx.is_cancelled():
             # A handler that returns after it was cancelled has stopped, not finished. Leave
             # the item as the cancellation left it (released at shutdown, reclaimable after a
@@ -505,9 +513,10 @@ class Worker:
                 break
         log.error("%r: could not release it; its lease will lapse and it will be retried", item)
 
-    def _fail(self, item: Item, ctx: Context, error: str, delay=None, permanent=False) -> None:
+    def _fail(self, item: Item, ctx: Context, error: str, delay=None, permanent=False) -> str:
+        """Record the handler's failure; return what became of the item (retried, failed, lost...)."""
         if ctx.settled:
-            return
+            return "settled"
         if ctx._hold is not None:
             ctx._hold.settling = True
         from workqueue.models import WorkItem
@@ -516,11 +525,11 @@ class Worker:
             try:
                 verdict = WorkItem.objects.db_manager(self.using).fail(item, error, delay=delay, permanent=permanent)
                 log.info("%r %s: %s", item, verdict, error.splitlines()[0] if error else "")
-                return
+                return verdict
             except LeaseLost:
                 with self._lock:
                     self.lost += 1
-                return
+                return "lost"
             except _DB_ERRORS:
                 connections[self.using].close()
                 time.sleep(0.2 * (attempt + 1))
@@ -528,6 +537,7 @@ class Worker:
                 log.exception("%r: could not record the failure", item)
                 break
         log.error("%r: could not record the failure; its lease will lapse and it will be retried", item)
+        return "lost"
 
     def _finished(self, hold: Hold, *, ok: bool) -> None:
         """Account for a claim this worker is done with (once: a second call does nothing)."""

@@ -35,7 +35,7 @@ item AS (
     )
     SELECT work_mint_id('work_'), ins.queue, ins.id, NULL, 'queued', ins.priority,
            coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, ins.max_attempts,
-           '{}'::jsonb, NULL, false, false, false, now()
+           '{}'::jsonb, %(trace_context)s::jsonb, false, false, false, now()
     FROM ins
     ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active') DO NOTHING
     RETURNING pg_notify(%(queue_channel)s::text, w.queue)

@@ -30,7 +30,8 @@ RETURNING {item}, (xmax = 0) AS created, pg_notify(%(channel)s, w.queue);
 
 
 -- name: item_enqueue_many
--- enqueue for a batch in one statement: rows come in as parallel arrays. Duplicate keys
+-- enqueue for a batch in one statement: rows come in as parallel arrays (the caller's trace
+-- context, one for the whole batch, as a scalar). Duplicate keys
 -- inside one batch are collapsed first (ON CONFLICT cannot touch a row twice); rows are
 -- inserted in the batch's order, so ids (the claim's tie-breaker) keep FIFO. The caller
 -- checks environments beforehand, so the join here only reads their kinds.
@@ -39,7 +40,7 @@ INSERT INTO work_items AS w (
     metadata, trace_context, wire, reclaimed, handed_out, created_at
 )
 SELECT work_mint_id('work_'), b.queue, b.key, b.environment_id, 'queued', b.priority,
-       now() + make_interval(secs => b.delay), 0, b.max_attempts, b.metadata, NULL,
+       now() + make_interval(secs => b.delay), 0, b.max_attempts, b.metadata, %(trace_context)s::jsonb,
        coalesce(e.kind = 'self_hosted' AND b.over_wire, false), false, false, now()
 FROM (
     SELECT DISTINCT ON (u.queue, u.key) u.*
