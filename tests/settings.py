@@ -49,6 +49,10 @@ WORKQUEUE = {
         "test.selfsettle": {"lease": 1.5},
         "test.settled": {"lease": 1.5},
         "test.interrupt": {"max_attempts": 1},
+        # async def handlers (tests/workqueue/test_async_worker.py)
+        "test.async.short": {"lease": 2},
+        "test.async.holdonce": {"lease": 2, "max_attempts": 3},
+        "test.async.block": {"lease": 2, "stall": 1.0, "max_attempts": 3},
     },
     "POLL_INTERVAL": 1.0,
     "WORKER_HEARTBEAT": 1.0,

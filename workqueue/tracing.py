@@ -138,10 +138,11 @@ def end_run(run: RunTrace | None, outcome: str, exc: BaseException | None = None
         if outcome in ("retried", "failed"):
             span.record_exception(exc)
             span.set_status(ot.trace.Status(ot.trace.StatusCode.ERROR, str(exc)[:256]))
-    try:
-        ot.context.detach(run.token)
-    except Exception:  # detached in another context (never on our paths): the span still ends
-        pass
+    if run.token is not None:
+        try:
+            ot.context.detach(run.token)
+        except Exception:  # detached in another context (never on our paths): the span still ends
+            pass
     span.end()
     ot.duration.record(elapsed, attributes)
     ot.runs.add(1, attributes)
@@ -181,3 +182,20 @@ class _Noop:
 
 
 _NOOP = _Noop()
+
+
+def handoff(run: RunTrace | None) -> RunTrace | None:
+    """Detach the run's span from this thread (its run goes on elsewhere: ``resume`` there)."""
+    if run is not None and run.token is not None:
+        try:
+            _otel.context.detach(run.token)
+        except Exception:
+            pass
+        run.token = None
+    return run
+
+
+def resume(run: RunTrace | None) -> None:
+    """Make a handed-off run's span current in this thread or task again."""
+    if run is not None:
+        run.token = _otel.context.attach(_otel.trace.set_span_in_context(run.span))

@@ -18,6 +18,8 @@ old run of it still goes on (its lease lapsed, or an operator requeued it).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import os
 import queue as stdqueue
@@ -36,6 +38,7 @@ from django.db.utils import InterfaceError, OperationalError
 from workqueue import handlers as registry
 from workqueue import listener as listener_mod
 from workqueue import sql, tracing
+from workqueue.aio import AsyncPool
 from workqueue.conf import wq_settings
 from workqueue.exceptions import LeaseLost, Permanent, Retry
 from workqueue.items import Item
@@ -54,6 +57,7 @@ def default_worker_id() -> str:
 class WorkerOptions:
     queues: list[str] = field(default_factory=list)
     concurrency: int | None = None
+    async_concurrency: int | None = None  # async def handlers at once on the event loop
     batch: int | None = None
     poll: float | None = None
     max_items: int | None = None
@@ -75,7 +79,9 @@ class Context:
       between steps and stop early.
     - ``progress()``: report a real step of work (feeds the stall budget).
     - ``complete()`` / ``fail()`` / ``requeue()``: settle the item yourself, e.g. inside your
-      own ``transaction.atomic()`` so the settlement commits with your writes.
+      own ``transaction.atomic()`` so the settlement commits with your writes. An ``async def``
+      handler awaits ``acomplete()`` / ``afail()`` / ``arequeue()``, or calls the plain ones
+      inside a function it runs with ``sync_to_async`` (its transaction and all).
     """
 
     __slots__ = ("_cancelled", "_hold", "_settling", "item", "settled", "using", "worker_id")
@@ -158,6 +164,24 @@ class Context:
 
         self._settle(lambda: WorkItem.objects.db_manager(self.using).requeue(self.item))
 
+    async def acomplete(self, outcome: str = "succeeded") -> None:
+        """``complete()`` for an async handler."""
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.complete)(outcome)
+
+    async def afail(self, error: str, *, permanent: bool = False, delay: float | None = None) -> str:
+        """``fail()`` for an async handler."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.fail)(error, permanent=permanent, delay=delay)
+
+    async def arequeue(self) -> None:
+        """``requeue()`` for an async handler."""
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.requeue)()
+
 
 class Worker:
     """A claim loop over some queues; ``run()`` blocks until it is told to stop."""
@@ -184,6 +208,15 @@ class Worker:
         # it has started, so runners never sit idle while a claim is on the wire.
         self.max_inflight = max(self.batch, self.concurrency) + max(1, self.batch // 2)
         self.refill_at = self.max_inflight - max(1, self.batch // 2)
+        # Queues whose handler is async def run on the event loop (workqueue.aio), up to
+        # async_concurrency at once, claimed separately from the threads' queues.
+        self.async_queues = [q for q in self.queues if registry.get(q).is_async]
+        self.sync_queues = [q for q in self.queues if not registry.get(q).is_async]
+        self.async_concurrency = options.async_concurrency or conf.async_concurrency
+        self.async_refill_at = self.async_concurrency - max(1, min(self.batch, self.async_concurrency) // 2)
+        self.async_inflight = 0
+        self._async_holds: set[Hold] = set()  # the holds counted in async_inflight
+        self._pool: AsyncPool | None = None
         self.keeper = LeaseKeeper(using=self.using)
         self.wake = listener_mod.Signal()
         self._runq: stdqueue.SimpleQueue = stdqueue.SimpleQueue()
@@ -261,8 +294,8 @@ class Worker:
                 if deadline is not None and time.monotonic() >= deadline:
                     log.info("--max-seconds reached")
                     break
-                if self.options.max_items is not None and self.processed + self.inflight >= self.options.max_items:
-                    if self.inflight == 0:
+                if self.options.max_items is not None and self.processed + self._held() >= self.options.max_items:
+                    if self._held() == 0:
                         log.info("--max-items reached")
                         break
                     self.wake.wait(0.05)
@@ -302,19 +335,35 @@ class Worker:
             self._shutdown()
         return 0
 
+    def _held(self) -> int:
+        """Claims not yet accounted for, on threads and on the event loop."""
+        return self.inflight + self.async_inflight
+
     def _claim_pass(self) -> tuple[int, int]:
-        with self._lock:
-            free = self.max_inflight - self.inflight
-            if self.inflight > self.refill_at:
-                return 0, 0
+        claimed = asked = 0
+        if self.sync_queues:
+            with self._lock:
+                free = self.max_inflight - self.inflight if self.inflight <= self.refill_at else 0
+            got, want = self._claim_for(self.sync_queues, free, on_loop=False)
+            claimed, asked = claimed + got, asked + want
+        if self.async_queues:
+            with self._lock:
+                free = (
+                    self.async_concurrency - self.async_inflight if self.async_inflight <= self.async_refill_at else 0
+                )
+            got, want = self._claim_for(self.async_queues, free, on_loop=True)
+            claimed, asked = claimed + got, asked + want
+        return claimed, asked
+
+    def _claim_for(self, queues: list[str], free: int, *, on_loop: bool) -> tuple[int, int]:
         if self.options.max_items is not None:
-            free = min(free, self.options.max_items - self.processed - self.inflight)
+            free = min(free, self.options.max_items - self.processed - self._held())
         if free <= 0:
             return 0, 0
         from workqueue.models import WorkItem
 
         result = WorkItem.objects.db_manager(self.using).claim(
-            self.queues, limit=free, worker_id=self.worker_id, relaxed=True
+            queues, limit=free, worker_id=self.worker_id, relaxed=True
         )
         self.claims += 1
         for item in result.settled:
@@ -333,9 +382,13 @@ class Worker:
                     hold_of[id(hold.item)] = hold
             holds = [hold_of[id(item)] for item in result.items]  # claim order
             with self._lock:
-                self.inflight += len(holds)
+                if on_loop:
+                    self.async_inflight += len(holds)
+                    self._async_holds.update(holds)
+                else:
+                    self.inflight += len(holds)
                 self._holds.update(holds)
-            put = self._runq.put
+            put = self._submit_async if on_loop else self._runq.put
             for hold in holds:
                 put(hold)
         return len(result.items), free
@@ -400,12 +453,33 @@ class Worker:
             connections.close_all()
 
     def _run_one(self, hold: Hold) -> None:
-        item = hold.item
         _drop_if_broken(self.using)
-        handler = registry.get(item.queue)
         if self._draining:
             self._give_back([hold])  # shutting down: do not start it
             return
+        ctx = self._start(hold)
+        if ctx is None:
+            return
+        traced = tracing.start_run(hold.item, self.worker_id)
+        try:
+            returned = registry.get(hold.item.queue).fn(hold.item, ctx)
+        except BaseException as exc:
+            # KeyboardInterrupt, SystemExit, GeneratorExit and the like from a handler fail that
+            # item like any exception. They cannot mean "shut down": signals reach the worker
+            # on its main thread (SIGINT/SIGTERM handlers), never as an exception in a runner.
+            # They must not take a runner thread (a slot of this worker's capacity) with them.
+            tracing.end_run(traced, self._conclude(hold, ctx, exc), exc)
+            return
+        if inspect.isawaitable(returned):
+            # The handler's work goes on as a coroutine (an async operation, an async task):
+            # the loop awaits it and this thread is free again.
+            self._hand_to_loop(hold, ctx, returned, tracing.handoff(traced))
+            return
+        tracing.end_run(traced, self._conclude(hold, ctx, None))
+
+    def _start(self, hold: Hold) -> Context | None:
+        """Make the run's Context (None: its lease went while it waited, so it does not run)."""
+        item = hold.item
         with self._lock:
             if hold.is_cancelled():
                 ctx = None  # lost (or given up) while it waited here: someone else may have it now
@@ -415,64 +489,120 @@ class Worker:
         if ctx is None:
             log.warning("%r: its lease went while it waited to start (%s); not running it", item, hold.reason)
             self._finished(hold, ok=False)
-            return
+            return None
         hold.progress()  # starts the stall clock: the budget counts from the start, not the claim
-        if handler.renews_lease:
+        if registry.get(item.queue).renews_lease:
             # The handler keeps its own lease from here on (operations' progress flushes).
             self.keeper.drop(hold)
-        outcome = None
-        traced = tracing.start_run(item, self.worker_id)
-        ended, error = "succeeded", None  # what the run's span records
+        return ctx
+
+    def _conclude(self, hold: Hold, ctx: Context, exc: BaseException | None) -> str:
+        """Apply the outcome rules to a run that ended (``exc``: what it raised); return the
+        outcome its span records. The same for a thread's run and a coroutine's."""
+        item = hold.item
+        ended = "succeeded"
+        # A coroutine cancelled because its hold was (lease lost, stall, stop, shutdown) has
+        # stopped like a sync handler that returned after it was cancelled.
+        stopped = isinstance(exc, asyncio.CancelledError) and hold.is_cancelled()
         try:
-            handler.fn(item, ctx)
-            outcome = "complete"
-        except (Retry, Permanent) as exc:
-            ended, error = self._fail(item, ctx, *failure_of(exc)), exc
-        except LeaseLost as exc:
-            log.warning("%r: lease lost while running; not settled", item)
-            ended, error = "lost", exc
-            with self._lock:
-                self.lost += 1
-        except _DB_ERRORS as exc:
-            error = exc
-            if connections[self.using].is_usable():
-                log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
+            if exc is None or stopped:
+                pass
+            elif isinstance(exc, Retry | Permanent):
                 ended = self._fail(item, ctx, *failure_of(exc))
-            else:
+            elif isinstance(exc, LeaseLost):
+                log.warning("%r: lease lost while running; not settled", item)
+                ended = "lost"
+                with self._lock:
+                    self.lost += 1
+            elif isinstance(exc, _DB_ERRORS) and not connections[self.using].is_usable():
                 connections[self.using].close()
                 ended = "released"
                 if not ctx.settled:
                     self._connection_lost(item, ctx, exc)
-        except BaseException as exc:
-            # KeyboardInterrupt, SystemExit, GeneratorExit and the like from a handler fail that
-            # item like any exception. They cannot mean "shut down": signals reach the worker
-            # on its main thread (SIGINT/SIGTERM handlers), never as an exception in a runner.
-            # They must not take a runner thread (a slot of this worker's capacity) with them.
-            log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
-            ended, error = self._fail(item, ctx, *failure_of(exc)), exc
+            else:
+                log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
+                ended = self._fail(item, ctx, *failure_of(exc))
         finally:
             with self._lock:
                 self._running.pop(hold, None)
             if ctx._settling and not ctx.settled:
                 hold.settling = False  # the handler's settlement rolled back: the item is still held
-            if outcome == "complete" and not ctx.settled and ctx.is_cancelled():
-                ended = "cancelled"
-            tracing.end_run(traced, ended, error)
-        if outcome == "complete" and not ctx.settled and ctx.is_cancelled():
+        if exc is not None and not stopped:
+            self._finished(hold, ok=False)
+            return ended
+        if not ctx.settled and (stopped or ctx.is_cancelled()):
             # A handler that returns after it was cancelled has stopped, not finished. Leave
             # the item as the cancellation left it (released at shutdown, reclaimable after a
             # stall, someone else's after a lost lease) instead of marking it succeeded.
-            log.warning("%r returned after it was cancelled (%s); not settled", item, hold.reason or "cancelled")
+            log.warning(
+                "%r %s after it was cancelled (%s); not settled",
+                item,
+                "stopped" if stopped else "returned",
+                hold.reason or "cancelled",
+            )
             self._finished(hold, ok=False)
-            return
-        if outcome == "complete" and not ctx.settled:
+            return "cancelled"
+        if not ctx.settled:
             hold.settling = True
             with self._settle_cv:
                 self._settle.append(hold)
                 if len(self._settle) == 1:
                     self._settle_cv.notify()  # the settler sleeps only when its list is empty
+            return ended
+        self._finished(hold, ok=True)
+        return ended
+
+    # -- the event loop (async def handlers) --------------------------------------------
+
+    def _async_pool(self) -> AsyncPool:
+        with self._lock:
+            if self._pool is None:
+                self._pool = AsyncPool(self.async_concurrency)
+                self._pool.start()
+            return self._pool
+
+    def _submit_async(self, hold: Hold) -> None:
+        self._async_pool().submit(hold, lambda: self._run_async(hold))
+
+    async def _run_async(self, hold: Hold) -> None:
+        pool = self._async_pool()
+        if self._draining:
+            await pool.run_sync(self._give_back, [hold])
             return
-        self._finished(hold, ok=outcome == "complete")
+        ctx = self._start(hold)
+        if ctx is None:
+            return
+        traced = tracing.start_run(hold.item, self.worker_id)
+        await self._await_run(hold, ctx, traced, registry.get(hold.item.queue).fn, hold.item, ctx)
+
+    def _hand_to_loop(self, hold: Hold, ctx: Context, awaitable, traced) -> None:
+        """Move a run whose handler returned an awaitable from this thread to the event loop."""
+        with self._lock:
+            self.inflight -= 1
+            self.async_inflight += 1
+            self._async_holds.add(hold)
+            refill = self.inflight <= self.refill_at
+
+        async def resume() -> None:
+            tracing.resume(traced)
+            await self._await_run(hold, ctx, traced, _await, awaitable)
+
+        self._async_pool().submit(hold, resume)
+        if refill:
+            self.wake.set()
+
+    async def _await_run(self, hold: Hold, ctx: Context, traced, fn, *args) -> None:
+        pool = self._async_pool()
+        error = None
+        try:
+            await pool.call_handler(fn, *args)
+        except BaseException as exc:  # CancelledError too: _conclude tells a stop from a failure
+            error = exc
+        if error is None:
+            ended = self._conclude(hold, ctx, None)  # no database work on this path
+        else:
+            ended = await pool.run_sync(self._conclude, hold, ctx, error)
+        tracing.end_run(traced, ended, None if isinstance(error, asyncio.CancelledError) else error)
 
     def _connection_lost(self, item: Item, ctx: Context, exc: BaseException) -> None:
         """The connection died under the handler (a restart, a killed backend, an idle-in-transaction
@@ -545,13 +675,18 @@ class Worker:
             if hold not in self._holds:
                 return
             self._holds.discard(hold)
-            self.inflight -= 1
+            if hold in self._async_holds:
+                self._async_holds.discard(hold)
+                self.async_inflight -= 1
+                refill = self.async_inflight <= self.async_refill_at
+            else:
+                self.inflight -= 1
+                refill = self.inflight <= self.refill_at
             self.processed += 1
             if ok:
                 self.succeeded += 1
             else:
                 self.failed += 1
-            refill = self.inflight <= self.refill_at
         self.keeper.drop(hold)
         if refill:
             self.wake.set()
@@ -622,7 +757,7 @@ class Worker:
         deadline = time.monotonic() + self.grace
         while time.monotonic() < deadline:
             with self._lock:
-                if self.inflight == 0:
+                if self._held() == 0:
                     break
             time.sleep(0.02)
         with self._lock:
@@ -636,6 +771,9 @@ class Worker:
             for hold in holds:
                 hold.cancel("shutdown")
                 self.keeper.drop(hold)  # released: nothing left to renew
+        if self._pool is not None:
+            # Coroutines whose holds were just cancelled stop at their next await; then the loop ends.
+            self._pool.stop(timeout=2.0 if leftover else 5.0)
         for _ in self._threads:
             self._runq.put(None)
         with self._settle_cv:
@@ -667,7 +805,11 @@ class Worker:
             with self._lock:
                 if hold in self._holds:
                     self._holds.discard(hold)
-                    self.inflight -= 1
+                    if hold in self._async_holds:
+                        self._async_holds.discard(hold)
+                        self.async_inflight -= 1
+                    else:
+                        self.inflight -= 1
             self.keeper.drop(hold)
 
     def _release(self, holds: list[Hold], why: str) -> None:
@@ -720,6 +862,10 @@ def _describe(exc: BaseException) -> str:
     tb = traceback.format_exception(exc)
     text = f"{exc.__class__.__module__}.{exc.__class__.__qualname__}: {exc}\n" + "".join(tb[-4:])
     return text[:8192]
+
+
+async def _await(awaitable):
+    return await awaitable
 
 
 def run_worker(options: WorkerOptions) -> int:
