@@ -191,7 +191,7 @@ class Reporter:
         if transaction.get_connection(self.using).in_atomic_block or time.monotonic() - self.last_flush < flusher.tick:
             self.due = True
         else:
-            self.flush()
+            self._write()
 
     # -- flushing -----------------------------------------------------------------------
 
@@ -209,6 +209,9 @@ class Reporter:
 
     def flush(self) -> Ack | None:
         """Write buffered progress now (one statement). Never raises."""
+        return self._write()
+
+    def _write(self) -> Ack | None:
         from operations import store
 
         with self._lock:
@@ -268,6 +271,27 @@ class Reporter:
             self._closed = True
 
 
+class AsyncReporter(Reporter):
+    """The Reporter an ``async def`` run gets.
+
+    The buffered methods are the same and only touch memory, so they never block the event
+    loop; unit boundaries are written by the flusher thread within a tick (never on the
+    loop); ``await reporter.flush()`` writes now, off the loop, and returns what it learned.
+    Test ``reporter.is_cancelled()`` between steps; a cancellation also reaches the run as
+    ``CancelledError`` at its next ``await``. Do not call ``reporter.cancelled.wait()`` (it
+    blocks the loop).
+    """
+
+    def _boundary(self) -> None:
+        self.due = True
+
+    async def flush(self) -> Ack | None:  # type: ignore[override]
+        """Write buffered progress now, off the event loop (one statement). Never raises."""
+        from workqueue.aio import off_loop
+
+        return await off_loop(self._write)
+
+
 class Flusher:
     """One thread per process that flushes due, dirty reporters every progress interval."""
 
@@ -311,7 +335,7 @@ class Flusher:
                         and reporter.dirty()
                         and (reporter.due or now - reporter.last_flush >= reporter.interval)
                     ):
-                        reporter.flush()
+                        reporter._write()
         finally:
             with self._lock:
                 if self._thread is threading.current_thread():

@@ -26,9 +26,12 @@ executor instead (a bounded pool of threads, each with its own connection).
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import logging
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,6 +41,24 @@ log = logging.getLogger("workqueue.aio")
 
 #: Seconds between the watchdog's looks at the running handlers' cancel flags.
 WATCH_INTERVAL = 0.05
+
+
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncPool] = weakref.WeakKeyDictionary()
+
+
+async def off_loop(fn: Callable, *args, **kwargs):
+    """Run blocking ``fn`` (a database write) without blocking the event loop; return its value.
+
+    On ``runworker``'s loop it runs on the pool's executor; anywhere else (``testing.drain``,
+    a test under ``async_to_sync``) it is ``sync_to_async(fn)``, back on the calling thread
+    and inside its transaction.
+    """
+    pool = _pools.get(asyncio.get_running_loop())
+    if pool is None:
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(fn)(*args, **kwargs)
+    return await pool.run_sync(functools.partial(fn, *args, **kwargs))
 
 
 def is_async(fn: Callable) -> bool:
@@ -64,8 +85,9 @@ class AsyncPool:
         self.name = name
         self.loop = asyncio.new_event_loop()
         # Settling writes and sync_to_async(thread_sensitive=False) calls run here, off the loop.
-        self.executor = ThreadPoolExecutor(max_workers=sync_threads, thread_name_prefix=f"{name}-sync")
+        self.executor = _ClosingExecutor(max_workers=sync_threads, thread_name_prefix=f"{name}-sync")
         self.loop.set_default_executor(self.executor)
+        _pools[self.loop] = self
         self._thread = threading.Thread(target=self._run, name=f"{name}-loop", daemon=True)
         self._ready = threading.Event()
         self._lock = threading.Lock()
@@ -125,6 +147,7 @@ class AsyncPool:
                 self.loop.run_until_complete(asyncio.gather(watchdog, return_exceptions=True))
                 self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             finally:
+                self.executor.close_connections()  # before close(): closing the loop shuts its executor down
                 self.loop.close()
                 connections.close_all()
 
@@ -160,8 +183,8 @@ class AsyncPool:
             await asyncio.wait(tasks, timeout=timeout)
 
     async def run_sync(self, fn: Callable, *args):
-        """Run blocking ``fn(*args)`` on the pool's executor and return its value."""
-        return await self.loop.run_in_executor(self.executor, fn, *args)
+        """Run blocking ``fn(*args)`` on the pool's executor (in this task's context: its span)."""
+        return await self.loop.run_in_executor(self.executor, contextvars.copy_context().run, fn, *args)
 
     async def call_handler(self, fn: Callable, *args):
         """Await ``fn(*args)`` as the current task's handler: cancellable by its hold's flag,
@@ -182,3 +205,43 @@ class AsyncPool:
                         await asyncio.shield(sync_to_async(connections.close_all)())
         finally:
             self._cancellable.discard(task)
+
+
+class _ClosingExecutor(ThreadPoolExecutor):
+    """A thread pool whose threads' database connections can be closed before it shuts down
+    (each thread that ran work has its own Django connection; Django closes none of them)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._used: set[threading.Thread] = set()
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(self._tracked, fn, *args, **kwargs)
+
+    def _tracked(self, fn, *args, **kwargs):
+        self._used.add(threading.current_thread())
+        return fn(*args, **kwargs)
+
+    def close_connections(self, timeout: float = 5.0) -> None:
+        """Run ``connections.close_all()`` once on every thread that ran work."""
+        parties = len(self._used)
+        if not parties:
+            return
+        # A barrier holds each thread on its own call, so every one of them makes exactly one.
+        barrier = threading.Barrier(parties)
+
+        def close() -> None:
+            try:
+                connections.close_all()
+            finally:
+                try:
+                    barrier.wait(timeout)
+                except threading.BrokenBarrierError:
+                    pass
+
+        futures = [ThreadPoolExecutor.submit(self, close) for _ in range(parties)]
+        for future in futures:
+            try:
+                future.result(timeout + 1)
+            except Exception:
+                pass

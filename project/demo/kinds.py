@@ -3,9 +3,11 @@
 - ``demo.export``: fans out over ``units`` units, advancing a ``records`` count per unit,
   honouring cancellation between units;
 - ``demo.flaky``: fails its first ``failures`` attempts, then succeeds;
-- ``demo.doomed``: fails for good with its own code.
+- ``demo.doomed``: fails for good with its own code;
+- ``demo.async_fetch``: an ``async def`` kind, run on the worker's event loop.
 """
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -58,3 +60,17 @@ def doomed(request, reporter: operations.Reporter):
 def nothing(request, reporter: operations.Reporter):
     """Do nothing: the benchmark's no-op operation."""
     return None
+
+
+@operations.register("demo.async_fetch", count_label="pages")
+async def async_fetch(request, reporter: operations.AsyncReporter):
+    """An ``async def`` kind: awaits ``pages`` fake fetches of ``seconds`` each, many at once per worker."""
+    pages = int((request or {}).get("pages", 5))
+    reporter.set_units(pages)
+    for n in range(1, pages + 1):
+        reporter.start_unit(f"page-{n}")
+        await asyncio.sleep(float((request or {}).get("seconds", 0.5)))  # a cancel lands here
+        reporter.advance(1)
+        reporter.finish_unit()
+    await reporter.flush()
+    return {"pages": pages}
