@@ -53,6 +53,7 @@ WORKQUEUE = {
         "test.async.short": {"lease": 2},
         "test.async.holdonce": {"lease": 2, "max_attempts": 3},
         "test.async.block": {"lease": 2, "stall": 1.0, "max_attempts": 3},
+        "test.async.orm": {"lease": 5},
     },
     "POLL_INTERVAL": 1.0,
     "WORKER_HEARTBEAT": 1.0,

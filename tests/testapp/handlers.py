@@ -257,3 +257,26 @@ async def async_block(item, ctx):
             raise
         return
     await sync_to_async(_record_and_complete)(item, ctx)
+
+
+def _backend_pid() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        return cur.fetchone()[0]
+
+
+@handlers.register("test.async.orm")
+async def async_orm(item, ctx):
+    """The ORM from an async handler, the documented ways: which database session served each
+    thread-sensitive call (Sample "orm1:<key>", "orm2:<key>": backend pids), and an async method."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    first = await sync_to_async(_backend_pid)()
+    await asyncio.sleep(float(item.metadata.get("seconds", "1")))  # the others run meanwhile
+    second = await sync_to_async(_backend_pid)()
+    await Sample.objects.acreate(name=f"orm1:{item.key}", value=first)
+    await Sample.objects.acreate(name=f"orm2:{item.key}", value=second)

@@ -158,3 +158,20 @@ def test_one_process_runs_sync_and_async_queues_and_a_busy_sync_handler_never_bl
     assert WorkItem.objects.filter(key__in=[*keys, "sync-one"]).succeeded().count() == 6
     proc.signal(signal.SIGTERM)
     assert proc.wait(20) == 0, proc.output()[-3000:]
+
+
+def test_the_orm_from_async_handlers_gets_a_session_per_handler_not_one_for_all(start_ready_worker):
+    keys = [f"orm{i}" for i in range(5)]
+    WorkItem.objects.enqueue_many([{"queue": "test.async.orm", "key": k, "metadata": {"seconds": "1"}} for k in keys])
+    proc = start_ready_worker("orm", "--queue", "test.async.orm")
+    wait_until(
+        lambda: WorkItem.objects.filter(key__in=keys).succeeded().count() == 5, timeout=60, message="the 5 items"
+    )
+    first = dict(Sample.objects.filter(name__startswith="orm1:").values_list("name", "value"))
+    second = dict(Sample.objects.filter(name__startswith="orm2:").values_list("name", "value"))
+    # Each handler's thread-sensitive calls share one thread, so one session (a transaction
+    # could span them); the handlers, running at once, each have their own: not one for all.
+    assert [first[f"orm1:{k}"] for k in keys] == [second[f"orm2:{k}"] for k in keys]
+    assert len(set(first.values())) == 5
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(20) == 0, proc.output()[-3000:]

@@ -186,3 +186,16 @@ def test_without_the_otel_extra_nothing_from_opentelemetry_is_imported_and_work_
     assert lines["TRIED"] == "['opentelemetry']"  # one look, at first use, then remembered
     assert lines["STATES"] == "succeeded succeeded"
     assert lines["CONTEXT"] == "None"
+
+
+def test_an_async_handlers_run_span_is_in_the_enqueuers_trace_too(otel):
+    from opentelemetry import trace
+
+    exporter, _ = otel
+    with trace.get_tracer("tests").start_as_current_span("enqueue") as parent:
+        WorkItem.objects.enqueue("test.async.short", "async-traced", metadata={"seconds": "0.1"})
+    run_worker("test.async.short", 1)
+    (span,) = runs(exporter, "test.async.short")
+    assert span.context.trace_id == parent.get_span_context().trace_id
+    assert span.parent.span_id == parent.get_span_context().span_id
+    assert span.attributes["workqueue.outcome"] == "succeeded"
