@@ -279,10 +279,11 @@ class Worker:
         self._settler_thread = threading.Thread(target=self._settler, name="workqueue-settler", daemon=True)
         self._settler_thread.start()
         log.info(
-            "worker %s serving %s (concurrency %d, batch %d, poll %.1fs)",
+            "worker %s serving %s (concurrency %d%s, batch %d, poll %.1fs)",
             self.worker_id,
             ", ".join(self.queues),
             self.concurrency,
+            f", async concurrency {self.async_concurrency}" if self.async_queues else "",
             self.batch,
             self.poll,
         )
