@@ -775,6 +775,11 @@ class Worker:
         if self._pool is not None:
             # Coroutines whose holds were just cancelled stop at their next await; then the loop ends.
             self._pool.stop(timeout=2.0 if leftover else 5.0)
+            with self._lock:
+                unstarted = [
+                    h for h in self._holds if h in self._async_holds and h not in self._running and not h.settling
+                ]
+            self._give_back(unstarted)  # handed to the loop, never started by it
         for _ in self._threads:
             self._runq.put(None)
         with self._settle_cv:
