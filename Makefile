@@ -59,9 +59,12 @@ test-pgbouncer: $(STAMP)
 check: $(STAMP)
 	$(DEVDB) sh -c '$(PY) manage.py check --fail-level WARNING && $(PY) manage.py makemigrations --check --dry-run'
 
+## lint: ruff (format and rules) over everything, mypy with django-stubs over workqueue/ and
+## operations/ (config in pyproject.toml).
 lint: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 format: $(STAMP)
 	$(PY) -m ruff format .
@@ -72,4 +75,4 @@ bench: $(STAMP)
 	$(DEVDB) $(PY) manage.py benchqueue $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VENV52) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV52) .pytest_cache .ruff_cache .mypy_cache

@@ -8,6 +8,8 @@ by anyone while they run, and always reaching a terminal state.
 
     op = operations.start("reports.export", {"month": "2026-10"}, owner=str(user.pk))
     operations.get(op.id).done
+    with operations.watch(op.id) as snapshots:  # follow it live, from this process
+        for snapshot in snapshots: ...
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ _EXPORTS = {
     "kinds": ("operations.registry", "kinds"),
     "start": ("operations.service", "start"),
     "get": ("operations.service", "get"),
-    "list": ("operations.service", "list"),
+    "list_operations": ("operations.service", "list_operations"),
     "cancel": ("operations.service", "cancel"),
     "recover": ("operations.service", "recover"),
     "reap": ("operations.service", "reap"),
@@ -34,7 +36,7 @@ _EXPORTS = {
     "Progress": ("operations.models", "Progress"),
     "Result": ("operations.models", "Result"),
     "Error": ("operations.models", "Error"),
-    "watch": ("operations.watcher", "shared"),
+    "watch": ("operations.watcher", "watch"),
     "OperationsError": ("operations.exceptions", "OperationsError"),
     "OperationNotFound": ("operations.exceptions", "OperationNotFound"),
     "DuplicateOperation": ("operations.exceptions", "DuplicateOperation"),

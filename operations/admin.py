@@ -16,7 +16,7 @@ from operations.http import api_error, render, watch_response
 from operations.models import Operation, State
 from workqueue.admin import FastListMixin
 
-STATE_COLORS = {
+STATE_COLORS: dict[str, str] = {
     State.PENDING: "#6b7280",
     State.RUNNING: "#2563eb",
     State.SUCCEEDED: "#16a34a",
@@ -89,8 +89,9 @@ class OwnerFilter(admin.SimpleListFilter):
 
     def lookups(self, request, model_admin):
         choices = [(str(request.user.pk), "mine")]
-        if self.value() and self.value() != str(request.user.pk):
-            choices.append((self.value(), self.value()))
+        value = self.value()
+        if value and value != str(request.user.pk):
+            choices.append((value, value))
         return choices
 
     def queryset(self, request, queryset):

@@ -37,6 +37,6 @@ class OperationsConfig(AppConfig):
 
         hooks.register_schedule_target("operation", schedules.fire_operation, schedules.check_operation)
         hooks.register_schedule_target("task", schedules.fire_task, schedules.check_task)
-        hooks.on_settled(sweeps.on_settled)
+        hooks.on_items_moved(sweeps.on_items_moved)
         hooks.register_sweep("recover", "operations", sweeps.recover_sweep)
         hooks.register_sweep("reap", "operations", sweeps.reap_sweep)

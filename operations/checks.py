@@ -29,7 +29,7 @@ def check_settings(app_configs=None, **kwargs):
         ]
     from operations.models import Operation
 
-    errors = []
+    errors: list[checks.CheckMessage] = []
     if conf.table != Operation._meta.db_table:
         errors.append(
             checks.Error(

@@ -69,6 +69,22 @@ _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 class OperationsSettings:
     """The validated ``OPERATIONS`` setting. Read it with :func:`ops_settings`."""
 
+    # Set from _DURATIONS, _ZERO_OK and _COUNTS by name (the lowercased key), declared here.
+    retention: float
+    recover_after: float
+    lease: float
+    progress_interval: float
+    watcher_poll: float
+    watcher_min_read_interval: float
+    sse_keepalive: float
+    watch_max_duration: float
+    retry_delay: float
+    reap_batch: int
+    recover_batch: int
+    max_attempts: int
+    watcher_max_subscriptions: int
+    watch_max_per_owner: int
+
     def __init__(self, raw: object):
         raw = {} if raw is None else raw
         if not isinstance(raw, dict):

@@ -199,7 +199,7 @@ def list_operations(request, owner):
     kind = _text(request.GET.get("kind"), "kind", max_length=128)
     if kind is not None and not KIND.match(kind):
         raise InvalidRequest(f"kind {kind!r} is not a kind name (lowercase letters, digits, '.', '-', '_')")
-    page, token = service.list(
+    page, token = service.list_operations(
         owner=owner,
         kind=kind,
         states=states or None,
@@ -368,7 +368,9 @@ def watch_operation(request, owner, op_id: str):
     return watch_response(request, op_id, owner=owner, owner_key=owner)
 
 
-def watch_response(request, op_id: str, *, owner: str | None, owner_key: str, detail: bool = False) -> HttpResponse:
+def watch_response(
+    request, op_id: str, *, owner: str | None, owner_key: str, detail: bool = False
+) -> HttpResponse | StreamingHttpResponse:
     """Open a watch stream on ``op_id`` for ``owner_key`` (raises a 429 past its cap)."""
     owner_streams.acquire(owner_key)
     try:
@@ -386,7 +388,7 @@ def watch_response(request, op_id: str, *, owner: str | None, owner_key: str, de
     return sse_response(AsyncStream(sub, owner_key, detail=detail))
 
 
-def sse_response(content) -> HttpResponse:
+def sse_response(content) -> StreamingHttpResponse:
     response = StreamingHttpResponse(content, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

@@ -118,6 +118,10 @@ class OperationQuerySet(models.QuerySet):
 class Operation(models.Model):
     """One long-running unit of work. ``done`` is derived from ``state``."""
 
+    #: Set on what ``operations.start`` returns: whether that call created it (False: an
+    #: operation with the same id already existed). Not a column.
+    created: bool
+
     id = models.CharField(primary_key=True, max_length=200)
     kind = models.CharField(max_length=128)
     owner = models.CharField(max_length=200, blank=True, db_default="")

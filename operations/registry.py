@@ -82,15 +82,16 @@ class Definition:
     def encode(self, request) -> object:
         """Check the request against the kind's type and return its JSON-ready form."""
         if self.request_type is not None:
-            if self._takes_mapping(request):
-                request = self._from_mapping(request)
+            if self._takes_mapping(request, self.request_type):
+                request = self._from_mapping(request, self.request_type)
             if not isinstance(request, self.request_type):
                 or_mapping = " or a mapping of its fields" if dataclasses.is_dataclass(self.request_type) else ""
                 raise RequestTypeMismatch(
                     f"kind {self.kind!r} takes a {self.request_type.__qualname__} request{or_mapping}, "
                     f"not {type(request).__qualname__}"
                 )
-            if dataclasses.is_dataclass(request):
+            value: object
+            if dataclasses.is_dataclass(request) and not isinstance(request, type):
                 value = dataclasses.asdict(request)
             elif hasattr(request, "to_json"):
                 value = request.to_json()
@@ -113,20 +114,20 @@ class Definition:
             )
         return value
 
-    def _takes_mapping(self, request) -> bool:
+    @staticmethod
+    def _takes_mapping(request, request_type: type) -> bool:
         return (
             isinstance(request, Mapping)
-            and not isinstance(request, self.request_type)
-            and dataclasses.is_dataclass(self.request_type)
+            and not isinstance(request, request_type)
+            and dataclasses.is_dataclass(request_type)
         )
 
-    def _from_mapping(self, request: Mapping):
+    def _from_mapping(self, request: Mapping, request_type: type):
         """Build the kind's dataclass from a mapping of its fields (a shell's, a cron line's, JSON's)."""
-        built, problems = request_mapping.from_mapping(self.request_type, request)
+        built, problems = request_mapping.from_mapping(request_type, request)
         if problems:
             raise InvalidRequest(
-                f"the request for kind {self.kind!r} does not fit {self.request_type.__qualname__}: "
-                f"{'; '.join(problems)}"
+                f"the request for kind {self.kind!r} does not fit {request_type.__qualname__}: {'; '.join(problems)}"
             )
         return built
 

@@ -20,10 +20,14 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from workqueue import tracing
+
+if TYPE_CHECKING:
+    from operations.models import Operation
 
 log = logging.getLogger("operations.reporter")
 
@@ -122,7 +126,7 @@ class Reporter:
         self._flushed = (count, 0)
         self._lock = threading.Lock()
         self.last_flush = time.monotonic()
-        self.operation = None  # the row as begin left it (set by the runner)
+        self.operation: Operation | None = None  # the row as begin left it (set by the runner)
         self.held = True
         self.cancel_requested = False
         self.revision = 0
@@ -219,16 +223,15 @@ class Reporter:
                 return None
             self.due = False
             mark = (self._count, self._version)
-            params = {
-                **self.snapshot(),
-                "id": self.op_id,
-                "token": self.token,
-                "item_id": self.item_id,
-                "lease": self._lease,
-                "relaxed": store.may_relax(self.using),
-            }
             try:
-                rows = store.run("op_flush", params, using=self.using)
+                ack = store.flush(
+                    id=self.op_id,
+                    item_id=self.item_id,
+                    token=self.token,
+                    lease=self._lease,
+                    progress=self.snapshot(),
+                    using=self.using,
+                )
             except Exception as exc:
                 self.flush_errors += 1
                 log.warning("progress flush of %s failed: %s", self.op_id, exc)
@@ -237,14 +240,14 @@ class Reporter:
             self.flushes += 1
             self.last_flush = time.monotonic()
             self._flushed = mark
-            if not rows:
+            if ack is None:
                 self.held = False
                 log.warning(
                     "%s: lease lost (another worker has it, or it was settled); stop producing effects", self.op_id
                 )
                 self.cancelled.set()
                 return Ack(revision=self.revision, cancel_requested=self.cancel_requested, held=False)
-            self.revision, self.cancel_requested = rows[0][0], rows[0][1]
+            self.revision, self.cancel_requested = ack
             if self.cancel_requested:
                 self.cancelled.set()
             if self._span is not None:

@@ -3,7 +3,8 @@
 Outcomes:
 
 - run returns → succeeded (cancelled instead when the run saw a requested cancellation);
-- ``Fail(code, ...)`` → retried under that code; wrapped in ``Unretryable`` → failed now;
+- ``Fail(code, ...)`` → retried under that code; wrapped in ``Unretryable`` (or
+  ``retryable=False``) → failed now, recorded as the wrapped exception;
 - any other exception → retried, recorded under ``internal``;
 - an exception while cancellation is requested → cancelled (code ``cancelled``);
 - attempts spent → failed ``attempts_exhausted`` carrying the last error;
@@ -35,6 +36,7 @@ from operations.exceptions import UnknownKind
 from operations.models import Result
 from operations.registry import registry
 from operations.reporter import AsyncReporter, Attempt, Reporter, flusher
+from operations.store import Hold
 from workqueue import tracing
 
 log = logging.getLogger("operations.runner")
@@ -73,14 +75,38 @@ class Fail(Exception):
         self.retryable = retryable
 
 
-def Unretryable(exc: BaseException) -> BaseException:
-    """Mark an exception as one that must not be retried (``raise Unretryable(Fail(...))``)."""
-    exc.retryable = False  # type: ignore[attr-defined]
-    return exc
+class Unretryable(Exception):
+    """Raise to fail the operation now, without retrying: ``raise Unretryable(Fail("code", ...))``,
+    or ``raise Unretryable(exc)`` for any exception (recorded under ``internal``).
+
+    The attempt records the wrapped exception (its type, code, message and the traceback of
+    the ``raise``), not this marker. ``Fail("code", ..., retryable=False)`` says the same.
+    """
+
+    def __init__(self, exception: BaseException):
+        if not isinstance(exception, BaseException):
+            raise TypeError(f"Unretryable wraps an exception, not {type(exception).__name__}")
+        super().__init__(exception)
+        self.exception = exception
+
+    def unwrap(self) -> BaseException:
+        """The wrapped exception, carrying this raise's traceback and chain if it had none."""
+        inner = self.exception
+        if isinstance(inner, Unretryable):
+            inner = inner.unwrap()
+        if inner.__traceback__ is None:
+            inner = inner.with_traceback(self.__traceback__)
+        if inner.__cause__ is None and inner.__context__ is None:
+            # `except E as exc: raise Unretryable(exc)` has exc as this raise's context.
+            inner.__cause__ = self.__cause__
+            inner.__context__ = self.__context__ if self.__context__ is not inner else None
+            inner.__suppress_context__ = self.__suppress_context__
+        return inner
 
 
 def is_unretryable(exc: BaseException) -> bool:
-    return getattr(exc, "retryable", True) is False
+    """Whether ``exc`` must not be retried (an ``Unretryable``, or a ``Fail(retryable=False)``)."""
+    return isinstance(exc, Unretryable) or getattr(exc, "retryable", True) is False
 
 
 def _clip(text: str, limit: int = MAX_MESSAGE) -> str:
@@ -111,27 +137,22 @@ def handle(item, ctx):
 
     conf = ops_settings()
     using = ctx.using
-    common = {"id": item.key, "item_id": item.id, "token": item.lease_token}
+    common = Hold(id=item.key, item_id=item.id, token=item.lease_token)
     with tracing.span("operations.begin", {"operations.id": item.key}) as span:
-        rows = store.run(
-            "op_begin",
-            {**common, "lease": conf.lease, "worker_id": ctx.worker_id, "relaxed": store.may_relax(using)},
-            using=using,
-        )
+        op = store.begin(**common, lease=conf.lease, worker_id=ctx.worker_id, using=using)
         if span is not None:
-            span.set_attribute("operations.begun", bool(rows))
-    if not rows:
+            span.set_attribute("operations.begun", op is not None)
+    if op is None:
         with transaction.atomic(using=using):
-            ended = store.run("op_settle_unbegun", common, using=using)
-            if ended and ended[0][1] == "cancelled":
+            ended = store.settle_unbegun(**common, using=using)
+            if ended == "cancelled":
                 log.info("%s: cancellation was requested while no run was alive; cancelled", item.key)
             elif ended:
                 log.warning("%s: attempts exhausted; failed", item.key)
             else:
-                store.run("op_item_noop", common, using=using)
+                store.item_noop(**common, using=using)
         ctx.settled = True
         return
-    op = store.to_operation(rows[0], store.RUN_COLUMNS, using=using)
     attempt = Attempt(id=op.id, number=op.attempts, final=op.attempts >= op.max_attempts)
     try:
         definition, unknown = registry.get(op.kind), None
@@ -199,7 +220,7 @@ async def _run_async(definition, request, reporter, op, attempt, common, ctx) ->
     await off_loop(_ended, definition, reporter, op, attempt, common, ctx, result, failure)
 
 
-def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: dict, ctx, result, failure) -> None:
+def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: Hold, ctx, result, failure) -> None:
     """Record how a run ended (the outcome rules in this module's docstring)."""
     conf = ops_settings()
     flusher.discard(reporter)
@@ -214,8 +235,11 @@ def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: dict, c
         {"operations.id": op.id, "operations.kind": op.kind, "operations.attempt": attempt.number},
     ) as span:
         if failure is not None:
+            retryable = not is_unretryable(failure)
+            if isinstance(failure, Unretryable):
+                failure = failure.unwrap()  # what the run raised is what the attempt records
             delay = definition.delay_after(op.request, attempt.number, conf.retry_delay)
-            state = _failed(reporter, common, failure, attempt, delay)
+            state = _failed(reporter, common, failure, attempt, delay, retryable=retryable)
         else:
             state = _succeeded(reporter, common, result)
         if span is not None:
@@ -232,7 +256,7 @@ def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: dict, c
         raise failure
 
 
-def _succeeded(reporter: Reporter, common: dict, result) -> str | None:
+def _succeeded(reporter: Reporter, common: Hold, result) -> str | None:
     uri, detail = "", None
     if isinstance(result, Result):
         uri, detail = result.uri or "", result.detail
@@ -269,11 +293,12 @@ def _succeeded(reporter: Reporter, common: dict, result) -> str | None:
     return _finish(reporter, common, state="succeeded", uri=uri, detail=encoded, all_done=True, outcome="succeeded")
 
 
-def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attempt, delay: float) -> str | None:
+def _failed(
+    reporter: Reporter, common: Hold, exc: BaseException, attempt: Attempt, delay: float, *, retryable: bool
+) -> str | None:
     """Record a failed attempt: released for a retry (None: not an end) or ended (the state recorded)."""
     code = exc.code if isinstance(exc, Fail) else CODE_INTERNAL
     message = exc.message if isinstance(exc, Fail) else f"{type(exc).__name__}: {exc}"
-    retryable = not is_unretryable(exc)
     if not retryable or attempt.final:
         if retryable:
             prefix = INTERNAL_PREFIX if code == CODE_INTERNAL else ""
@@ -283,16 +308,16 @@ def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attem
             reporter, common, state="failed", code=code, message=message, retryable=retryable, exc=exc, cancel_wins=True
         )
     log.info("%s attempt %d failed (%s), retrying", reporter.op_id, attempt.number, code)
-    params = {
-        **common,
-        **reporter.snapshot(),
-        "error_code": code,
-        "error_message": _clip(message),
-        "delay": delay,
-        "attempt": json.dumps(attempt_entry(exc, code, message, outcome="retried")),
-    }
     try:
-        if store.run("op_release", params, using=reporter.using):
+        if store.release(
+            **common,
+            progress=reporter.snapshot(),
+            error_code=code,
+            error_message=_clip(message),
+            delay=delay,
+            attempt=json.dumps(attempt_entry(exc, code, message, outcome="retried")),
+            using=reporter.using,
+        ):
             return None
     except Exception:
         log.exception(
@@ -307,7 +332,7 @@ def _failed(reporter: Reporter, common: dict, exc: BaseException, attempt: Attem
 
 def _finish(
     reporter: Reporter,
-    common: dict,
+    common: Hold,
     *,
     state: str,
     code: str = "",
@@ -321,25 +346,24 @@ def _finish(
     outcome: str = "",
 ) -> str | None:
     """Record the end: the state written (``cancel_wins`` may make a failure cancelled), or None."""
-    params = {
-        **common,
-        **reporter.snapshot(),
-        "state": state,
-        "error_code": code,
-        "error_message": _clip(message),
-        "error_retryable": retryable,
-        "result_uri": uri,
-        "result_detail": detail,
-        "all_done": all_done,
-        "cancel_wins": cancel_wins,
-        "attempt": json.dumps(attempt_entry(exc, code, message, outcome=outcome or state)),
-    }
     try:
-        rows = store.run("op_finish", params, using=reporter.using)
+        written = store.finish(
+            **common,
+            progress=reporter.snapshot(),
+            state=state,
+            error_code=code,
+            error_message=_clip(message),
+            error_retryable=retryable,
+            result_uri=uri,
+            result_detail=detail,
+            all_done=all_done,
+            cancel_wins=cancel_wins,
+            attempt=json.dumps(attempt_entry(exc, code, message, outcome=outcome or state)),
+            using=reporter.using,
+        )
     except Exception:
         log.exception("%s: could not record its end; its lease will lapse and recover will re-offer it", reporter.op_id)
         return None
-    if not rows:
+    if written is None:
         log.warning("%s: finished after losing its hold; its result was not recorded", reporter.op_id)
-        return None
-    return rows[0][1]
+    return written

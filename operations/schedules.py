@@ -8,6 +8,7 @@ be retried safely.
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
@@ -36,7 +37,7 @@ def fire_operation(schedule: dict, key: str, *, using: str = DEFAULT_DB_ALIAS) -
 def check_operation(schedule: dict) -> list[str]:
     from operations.registry import registry
 
-    kind = schedule.get("kind")
+    kind = cast(str, schedule.get("kind"))  # anything else is an unknown kind, said as such
     try:
         registry.get(kind).encode(_request(kind, schedule.get("request")))
     except OperationsError as exc:

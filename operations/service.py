@@ -8,13 +8,14 @@ the moment ``start`` returns, and neither exists if the caller's transaction rol
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import json
 import secrets
 import time
+from collections.abc import Iterator
 
 from django.db import DEFAULT_DB_ALIAS, transaction
-from psycopg.types.json import Jsonb
 
 from operations import store
 from operations.conf import ops_settings
@@ -88,26 +89,22 @@ def start(
     ):
         raise InvalidRequest(f"max_attempts must be an integer >= 1, not {max_attempts!r} (never unlimited)")
     max_attempts = max_attempts or definition.max_attempts or conf.max_attempts
-    rows = store.run(
-        "op_start",
-        {
-            "id": op_id,
-            "kind": kind,
-            "owner": owner,
-            "queue": queue,
-            "priority": priority,
-            "request": Jsonb(payload),
-            "count_label": definition.count_label,
-            "max_attempts": max_attempts,
-            "delay": _seconds(delay, "delay"),
-            "run_after": _aware(run_after),
-            "queue_channel": wq_settings().notify_channel,
-            "trace_context": _current_trace(),
-        },
+    op = store.start(
+        id=op_id,
+        kind=kind,
+        owner=owner,
+        queue=queue,
+        priority=priority,
+        request=payload,
+        count_label=definition.count_label,
+        max_attempts=max_attempts,
+        delay=_seconds(delay, "delay"),
+        run_after=_aware(run_after),
+        queue_channel=wq_settings().notify_channel,
+        trace_context=_current_trace(),
         using=using,
     )
-    if rows:
-        op = store.first_operation(rows, using=using)
+    if op is not None:
         op.created = True
         return op
     # A duplicate wrote nothing (and left the caller's transaction usable).
@@ -147,7 +144,7 @@ def _decode_token(token: str) -> tuple[dt.datetime, str]:
         raise InvalidRequest("page_token is not one this server handed out")
 
 
-def list(
+def list_operations(
     *,
     owner: str | None = None,
     kind: str | None = None,
@@ -189,9 +186,8 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
     worker's begin ends it cancelled without running it. Terminal: returned unchanged.
     """
     with transaction.atomic(using=using, savepoint=False):
-        rows = store.run("op_cancel", {"id": op_id, "owner": owner}, using=using)
-        if rows:
-            op = store.first_operation(rows, using=using)
+        op = store.cancel(op_id, owner=owner, using=using)
+        if op is not None:
             if op.state == State.CANCELLED:
                 WorkItem.objects.db_manager(using).cancel_key(op.id, queue=op.queue)
             return op
@@ -199,16 +195,32 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
     return get(op_id, owner=owner, using=using)
 
 
+class _DryRun(Exception):
+    """Unwinds a dry run's savepoint once its counts are in."""
+
+
+@contextlib.contextmanager
+def _maybe_dry(dry_run: bool, using: str) -> Iterator[None]:
+    """A dry run's writes happen (so its counts are real) in a savepoint that is rolled back."""
+    if not dry_run:
+        yield
+        return
+    try:
+        with transaction.atomic(using=using):
+            yield
+            raise _DryRun
+    except _DryRun:
+        pass
+
+
 def recover(*, using: str = DEFAULT_DB_ALIAS, now=None, dry_run: bool = False) -> dict[str, int]:
-    """Re-offer stranded operations (pending with no live work item, or lapsed with none)."""
+    """Re-offer stranded operations (pending with no live work item, or lapsed with none).
+
+    ``dry_run`` counts them and changes nothing (its writes are rolled back)."""
     conf = ops_settings()
-    with transaction.atomic(using=using, savepoint=False):
-        rows = store.run(
-            "op_stranded",
-            {"after": conf.recover_after, "limit": conf.recover_batch, "now": now},
-            using=using,
-        )
-        offered = 0
+    offered = 0
+    with _maybe_dry(dry_run, using), transaction.atomic(using=using, savepoint=False):
+        rows = store.stranded(after=conf.recover_after, limit=conf.recover_batch, now=now, using=using)
         for op_id, queue, attempts, max_attempts, priority in rows:
             _item, created = WorkItem.objects.db_manager(using).enqueue(
                 queue, op_id, priority=priority, attempts=attempts, max_attempts=max_attempts
@@ -218,17 +230,13 @@ def recover(*, using: str = DEFAULT_DB_ALIAS, now=None, dry_run: bool = False) -
 
 
 def reap(*, using: str = DEFAULT_DB_ALIAS, now=None, dry_run: bool = False) -> dict[str, int]:
-    """Delete terminal operations finished longer than the retention ago (one batch)."""
-    conf = ops_settings()
-    from workqueue import sql
+    """Delete terminal operations finished longer than the retention ago (one batch).
 
-    deleted = sql.rowcount(
-        "op_reap",
-        {"retention": conf.retention, "limit": conf.reap_batch, "now": now},
-        using=using,
-        queries=store.QUERIES,
-    )
-    store.run("watch_reap", {"now": now}, using=using)
+    ``dry_run`` counts them and deletes nothing."""
+    conf = ops_settings()
+    with _maybe_dry(dry_run, using):
+        deleted = store.reap(retention=conf.retention, limit=conf.reap_batch, now=now, using=using)
+        store.watch_reap(now=now, using=using)
     return {"deleted": deleted}
 
 

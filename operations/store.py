@@ -1,20 +1,26 @@
-"""Run the operations statements and turn their rows into ``Operation`` instances.
+"""The operations statements, one function per statement in ``sql/queries.sql``.
 
-One function per statement in ``sql/queries.sql``; each is one round trip on Django's
-connection, so it joins the caller's transaction.
+Each function is one round trip on Django's connection, so it joins the caller's
+transaction; it takes the statement's parameters as keyword arguments and returns what its
+callers need (an ``Operation``, a state, whether a row matched). ``run`` is the primitive they
+share (the notify channel is filled in); the rest of the app calls the named functions.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any, TypedDict
 
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, transaction
+from psycopg.types.json import Jsonb
 
 from operations.conf import configured_table, ops_settings
 from operations.models import Operation
 from workqueue import sql
-from workqueue.sql import RELAXED_FRAGMENT, Statements
+from workqueue.sql import Statements
 
 OP_COLUMNS = [f.attname for f in Operation._meta.concrete_fields]
 LIGHT_COLUMNS = [c for c in OP_COLUMNS if c not in ("request", "attempt_log")]
@@ -42,13 +48,14 @@ def _notify(op_id_expression: str) -> str:
 QUERIES = Statements(
     Path(__file__).with_name("sql") / "queries.sql",
     {
+        # workqueue's work-item fragments and state sets: every work_items write is theirs.
+        **sql.shared_fragments(),
         "table": configured_table(),
         "watches": WATCHES_TABLE,
         "op_light": ", ".join(f"o.{c}" for c in LIGHT_COLUMNS),
         "op": ", ".join(f"o.{c}" for c in OP_COLUMNS),
         "op_run": ", ".join(f"o.{c}" for c in RUN_COLUMNS),
         "notify": _notify,
-        "relaxed": RELAXED_FRAGMENT,
         "open_attempt": (
             f"(CASE WHEN jsonb_array_length(o.attempt_log) >= {ATTEMPT_LOG_LIMIT} THEN o.attempt_log - 0 "
             "ELSE o.attempt_log END) || jsonb_build_array(jsonb_build_object("
@@ -60,13 +67,24 @@ QUERIES = Statements(
 )
 
 
-def run(name: str, params: dict, *, using: str = DEFAULT_DB_ALIAS) -> list[tuple]:
-    """Run an operations statement (the notify channel is filled in)."""
+Row = tuple[Any, ...]
+
+
+class Hold(TypedDict):
+    """Whose write it is: the operation, its work item and the lease proof the item is held under."""
+
+    id: str
+    item_id: int
+    token: Any
+
+
+def run(name: str, params: dict[str, Any], *, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """Run an operations statement by name (the notify channel is filled in)."""
     params.setdefault("channel", ops_settings().notify_channel)
     return sql.run(name, params, using=using, queries=QUERIES)
 
 
-def to_operation(row, columns=OP_COLUMNS, *, using: str = DEFAULT_DB_ALIAS) -> Operation:
+def to_operation(row: Sequence[Any], columns: list[str] = OP_COLUMNS, *, using: str = DEFAULT_DB_ALIAS) -> Operation:
     """Build an Operation from a statement's row (extra trailing columns are ignored)."""
     values = list(row[: len(columns)])
     for i, name in enumerate(columns):
@@ -75,21 +93,224 @@ def to_operation(row, columns=OP_COLUMNS, *, using: str = DEFAULT_DB_ALIAS) -> O
     return Operation.from_db(using, columns, values)
 
 
-def first_operation(rows, *, using: str = DEFAULT_DB_ALIAS) -> Operation | None:
+def first_operation(rows: list[Row], *, using: str = DEFAULT_DB_ALIAS) -> Operation | None:
     return to_operation(rows[0], using=using) if rows else None
 
 
+def may_relax(using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether a soft write (begin, a progress flush) may commit relaxed: only in its own
+    transaction, never inside a caller's (it would relax the caller's commit too)."""
+    return not transaction.get_connection(using).in_atomic_block
+
+
+# -- one function per statement -----------------------------------------------------------
+
+
+def start(
+    *,
+    id: str,
+    kind: str,
+    owner: str,
+    queue: str,
+    priority: int,
+    request: Any,
+    count_label: str,
+    max_attempts: int,
+    delay: float | None,
+    run_after: dt.datetime | None,
+    queue_channel: str,
+    trace_context: Any = None,
+    using: str = DEFAULT_DB_ALIAS,
+) -> Operation | None:
+    """``op_start``: the new operation, or None when the id is taken (nothing written).
+
+    ``trace_context``: the caller's W3C trace context for the work item (``Jsonb`` or None).
+    """
+    rows = run(
+        "op_start",
+        {
+            "id": id,
+            "kind": kind,
+            "owner": owner,
+            "queue": queue,
+            "priority": priority,
+            "request": Jsonb(request),
+            "count_label": count_label,
+            "max_attempts": max_attempts,
+            "delay": delay,
+            "run_after": run_after,
+            "queue_channel": queue_channel,
+            "trace_context": trace_context,
+        },
+        using=using,
+    )
+    return first_operation(rows, using=using)
+
+
 def get_many(ids: list[str], *, using: str = DEFAULT_DB_ALIAS) -> dict[str, Operation]:
-    """Read many operations in one statement, without request and attempt log."""
+    """``op_get_many``: many operations in one statement, without request and attempt log."""
     if not ids:
         return {}
     rows = sql.run("op_get_many", {"ids": ids}, using=using, queries=QUERIES)
     return {r[0]: to_operation(r, LIGHT_COLUMNS, using=using) for r in rows}
 
 
-def may_relax(using: str = DEFAULT_DB_ALIAS) -> bool:
-    """Whether a soft write (begin, a progress flush) may commit relaxed: only in its own
-    transaction, never inside a caller's (it would relax the caller's commit too)."""
-    from django.db import transaction
+def begin(
+    *, id: str, item_id: int, token: Any, lease: float, worker_id: str, using: str = DEFAULT_DB_ALIAS
+) -> Operation | None:
+    """``op_begin``: the operation as its runner needs it (no attempt log), or None if refused."""
+    params = {
+        "id": id,
+        "item_id": item_id,
+        "token": token,
+        "lease": lease,
+        "worker_id": worker_id,
+        "relaxed": may_relax(using),
+    }
+    rows = run("op_begin", params, using=using)
+    return to_operation(rows[0], RUN_COLUMNS, using=using) if rows else None
 
-    return not transaction.get_connection(using).in_atomic_block
+
+def settle_unbegun(*, id: str, item_id: int, token: Any, using: str = DEFAULT_DB_ALIAS) -> str | None:
+    """``op_settle_unbegun``: the state it ended in (cancelled, failed), or None if it could not."""
+    rows = run("op_settle_unbegun", {"id": id, "item_id": item_id, "token": token}, using=using)
+    return rows[0][1] if rows else None
+
+
+def item_noop(*, id: str, item_id: int, token: Any, using: str = DEFAULT_DB_ALIAS) -> None:
+    """``op_item_noop``: settle a refused begin's work item as a no-op."""
+    run("op_item_noop", {"id": id, "item_id": item_id, "token": token}, using=using)
+
+
+def flush(
+    *,
+    id: str,
+    item_id: int,
+    token: Any,
+    lease: float,
+    progress: dict[str, Any],
+    using: str = DEFAULT_DB_ALIAS,
+) -> tuple[int, bool] | None:
+    """``op_flush``: (revision, cancel_requested) while held, None once the hold is lost."""
+    params = {
+        **progress,
+        "id": id,
+        "token": token,
+        "item_id": item_id,
+        "lease": lease,
+        "relaxed": may_relax(using),
+    }
+    rows = run("op_flush", params, using=using)
+    return (rows[0][0], rows[0][1]) if rows else None
+
+
+def finish(
+    *,
+    id: str,
+    item_id: int,
+    token: Any,
+    progress: dict[str, Any],
+    state: str,
+    error_code: str,
+    error_message: str,
+    error_retryable: bool,
+    result_uri: str,
+    result_detail: str | None,
+    all_done: bool,
+    cancel_wins: bool,
+    attempt: str,
+    using: str = DEFAULT_DB_ALIAS,
+) -> str | None:
+    """``op_finish``: the terminal state written, or None when the hold was lost."""
+    params = {
+        **progress,
+        "id": id,
+        "item_id": item_id,
+        "token": token,
+        "state": state,
+        "error_code": error_code,
+        "error_message": error_message,
+        "error_retryable": error_retryable,
+        "result_uri": result_uri,
+        "result_detail": result_detail,
+        "all_done": all_done,
+        "cancel_wins": cancel_wins,
+        "attempt": attempt,
+    }
+    rows = run("op_finish", params, using=using)
+    return rows[0][1] if rows else None
+
+
+def release(
+    *,
+    id: str,
+    item_id: int,
+    token: Any,
+    progress: dict[str, Any],
+    error_code: str,
+    error_message: str,
+    delay: float,
+    attempt: str,
+    using: str = DEFAULT_DB_ALIAS,
+) -> bool:
+    """``op_release``: whether the operation went back to pending for a retry."""
+    params = {
+        **progress,
+        "id": id,
+        "item_id": item_id,
+        "token": token,
+        "error_code": error_code,
+        "error_message": error_message,
+        "delay": delay,
+        "attempt": attempt,
+    }
+    return bool(run("op_release", params, using=using))
+
+
+def cancel(id: str, *, owner: str | None, using: str = DEFAULT_DB_ALIAS) -> Operation | None:
+    """``op_cancel``: the operation as cancelled or flagged, or None (terminal, or not found)."""
+    return first_operation(run("op_cancel", {"id": id, "owner": owner}, using=using), using=using)
+
+
+def settle_from_queue(
+    ids: list[str], *, state: str, error_code: str, error_message: str, using: str = DEFAULT_DB_ALIAS
+) -> None:
+    """``op_settle_from_queue``: mirror a queue rule's settlement of their work items."""
+    params = {"ids": ids, "state": state, "error_code": error_code, "error_message": error_message}
+    run("op_settle_from_queue", params, using=using)
+
+
+def expire_lease(ids: list[str], *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """``op_expire_lease``: their work items were requeued; their leases end now."""
+    run("op_expire_lease", {"ids": ids}, using=using)
+
+
+def release_held(ids: list[str], tokens: list[Any], *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """``op_release_held``: a worker gave their work items back (held under ``tokens``)."""
+    run("op_release_held", {"ids": ids, "tokens": tokens}, using=using)
+
+
+def stranded(*, after: float, limit: int, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """``op_stranded``: (id, queue, attempts, max_attempts, priority) of operations to re-offer, locked."""
+    return run("op_stranded", {"after": after, "limit": limit, "now": now}, using=using)
+
+
+def reap(*, retention: float, limit: int, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -> int:
+    """``op_reap``: delete one batch of long-finished operations; how many."""
+    params = {"retention": retention, "limit": limit, "now": now}
+    return sql.rowcount("op_reap", params, using=using, queries=QUERIES)
+
+
+def watch_follow(ids: Iterable[str], *, watcher: str, ttl: float, using: str = DEFAULT_DB_ALIAS) -> None:
+    """``watch_follow``: writes to these operations notify until ``ttl`` seconds from now."""
+    run("watch_follow", {"ids": list(ids), "watcher": watcher, "ttl": ttl}, using=using)
+
+
+def watch_forget(ids: Iterable[str] | None, *, watcher: str, using: str = DEFAULT_DB_ALIAS) -> None:
+    """``watch_forget``: stop following these operations (all of them when ``ids`` is None)."""
+    run("watch_forget", {"ids": None if ids is None else list(ids), "watcher": watcher}, using=using)
+
+
+def watch_reap(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -> None:
+    """``watch_reap``: forget follows whose process went away without saying so."""
+    run("watch_reap", {"now": now}, using=using)

@@ -1,4 +1,4 @@
-"""Where operations plug into the workqueue: the settled-item hook and the cron sweeps.
+"""Where operations plug into the workqueue: the items-moved hook and the cron sweeps.
 
 ``workqueue`` never imports ``operations``; this module registers with its hook registry
 (from ``OperationsConfig.ready()``).
@@ -10,18 +10,23 @@ from django.db import DEFAULT_DB_ALIAS
 
 from operations import service, store
 from operations.conf import ops_settings
+from workqueue.hooks import MoveReason
 
 # How a queue rule's settlement of a work item settles its operation.
 _SETTLE = {
-    "attempts_exhausted": ("failed", "attempts_exhausted", "the operation's attempts were spent on lapsed leases"),
-    "hard_timeout": ("failed", "hard_timeout", "the attempt ran past its queue's hard_timeout"),
-    "cancelled": ("cancelled", "", ""),
-    "force_stopped": ("cancelled", "cancelled", "force-stopped by an operator"),
+    MoveReason.ATTEMPTS_EXHAUSTED: (
+        "failed",
+        "attempts_exhausted",
+        "the operation's attempts were spent on lapsed leases",
+    ),
+    MoveReason.HARD_TIMEOUT: ("failed", "hard_timeout", "the attempt ran past its queue's hard_timeout"),
+    MoveReason.CANCELLED: ("cancelled", "", ""),
+    MoveReason.FORCE_STOPPED: ("cancelled", "cancelled", "force-stopped by an operator"),
 }
 
 
-def on_settled(items, reason: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
-    """Mirror a queue rule's settlement of operations work items onto the operation rows."""
+def on_items_moved(items, reason: MoveReason, *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Mirror what happened to operations' work items (settled, requeued, released) onto their operations."""
     queues = set(ops_settings().queues)
     ours = [item for item in items if item.queue in queues]
     if not ours:
@@ -29,15 +34,11 @@ def on_settled(items, reason: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
     ids = [item.key for item in ours]
     if reason in _SETTLE:
         state, code, message = _SETTLE[reason]
-        store.run(
-            "op_settle_from_queue",
-            {"ids": ids, "state": state, "error_code": code, "error_message": message},
-            using=using,
-        )
-    elif reason == "requeued":
-        store.run("op_expire_lease", {"ids": ids}, using=using)
-    elif reason == "released":
-        store.run("op_release_held", {"ids": ids, "tokens": [item.lease_token for item in ours]}, using=using)
+        store.settle_from_queue(ids, state=state, error_code=code, error_message=message, using=using)
+    elif reason == MoveReason.REQUEUED:
+        store.expire_lease(ids, using=using)
+    elif reason == MoveReason.RELEASED:
+        store.release_held(ids, [item.lease_token for item in ours], using=using)
 
 
 def recover_sweep(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str, int]:

@@ -36,7 +36,9 @@ import datetime as dt
 import inspect
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
@@ -57,9 +59,12 @@ from operations._tasks_compat import (
     task_finished,
     task_started,
 )
-from operations.conf import DEFAULT_TASK_QUEUE_PREFIX
+from operations.conf import DEFAULT_TASK_QUEUE_PREFIX, TASK_BACKEND
 from operations.registry import KIND, MAX_KIND_LENGTH, Definition
 from workqueue.conf import QUEUE_NAME, QueueSettings, count, factor, known_keys, seconds
+
+if TYPE_CHECKING:
+    from operations.reporter import Reporter
 
 log = logging.getLogger("operations.tasks")
 
@@ -103,17 +108,17 @@ class OperationTask(Task):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class OperationTaskContext(TaskContext):
+class OperationTaskContext(TaskContext):  # type: ignore[misc]  # the stubs' TaskContext is not frozen; Django's is
     """Django's TaskContext, plus ``reporter``: progress and cancellation for the running task."""
 
-    reporter: object = None
+    reporter: Reporter | None = None
 
     def is_cancelled(self) -> bool:
         return bool(self.reporter is not None and self.reporter.is_cancelled())
 
 
 # Each option's check (the workqueue settings' own validators) and what to add to its message.
-OPTION_CHECKS = {
+OPTION_CHECKS: dict[str, tuple[Callable[..., Any], dict[str, Any], str]] = {
     "MAX_ATTEMPTS": (count, {}, " (attempts are never unlimited)"),
     "RETRY_DELAY": (seconds, {"allow_zero": True}, ""),
     "MAX_RETRY_DELAY": (seconds, {"allow_zero": True}, ""),
@@ -297,7 +302,7 @@ class OperationsBackend(BaseTaskBackend):
             for e in log_entries
             if e.get("exception")
         ]
-        result = TaskResult(
+        result: TaskResult[Any, Any] = TaskResult(
             task=task,
             id=op.id,
             status=STATUS[op.state],
@@ -321,8 +326,15 @@ def cancel(result) -> TaskResult:
     from operations._tasks_compat import task_backends
 
     result_id = getattr(result, "id", result)
-    backend = task_backends[getattr(result, "backend", "default")]
+    backend = _ours(task_backends[getattr(result, "backend", "default")])
     return backend.cancel(result_id)
+
+
+def _ours(backend: BaseTaskBackend) -> OperationsBackend:
+    """The backend a stored task names: one of ours, since it stored the task as an operation."""
+    if not isinstance(backend, OperationsBackend):
+        raise TypeError(f"TASKS[{backend.alias!r}] is not an {TASK_BACKEND}; tasks stored as operations need one")
+    return backend
 
 
 def _parse(value) -> dt.datetime | None:
@@ -387,7 +399,10 @@ def _unvalidated(cls, **values):
 
 def _delay(request, attempt_number: int) -> float:
     """The backoff the task was enqueued with, by the queue settings' own rule."""
-    policy = QueueSettings(**{key: float(request.get(key, OPTION_DEFAULTS[key.upper()])) for key in RETRY_KEYS})
+    retry_delay, retry_backoff, max_retry_delay = (
+        float(request.get(key, OPTION_DEFAULTS[key.upper()])) for key in RETRY_KEYS
+    )
+    policy = QueueSettings(retry_delay=retry_delay, retry_backoff=retry_backoff, max_retry_delay=max_retry_delay)
     return policy.retry_delay_for(attempt_number)
 
 
@@ -401,12 +416,13 @@ def _prepare(request: dict, reporter):
             operations.Fail("not_a_task", "%s is not a task (decorate it with @task)", request["task"])
         )
     task = load_task(request)  # with the options it was enqueued with, on the backend that enqueued it
-    backend = task_backends[request.get("backend") or task.backend]
+    backend = _ours(task_backends[request.get("backend") or task.backend])
     op = reporter.operation
-    result = backend._result(op, task=task) if op is not None else None
-    if result is not None:
-        object.__setattr__(result, "status", TaskResultStatus.RUNNING)
-        task_started.send(type(backend), task_result=result)
+    if op is None:
+        raise RuntimeError("run_task is the operations runner's kind function; the runner sets reporter.operation")
+    result = backend._result(op, task=task)
+    object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+    task_started.send(type(backend), task_result=result)
     args, kwargs = request.get("args", []), request.get("kwargs", {})
     if task.takes_context:
         args = [OperationTaskContext(task_result=result, reporter=reporter), *args]
@@ -456,7 +472,7 @@ def task_ended(op, state: str, value, exc: BaseException | None) -> None:
     from operations.models import Operation
 
     request = op.request or {}
-    backend = task_backends[request.get("backend") or "default"]
+    backend = _ours(task_backends[request.get("backend") or "default"])
     saved = Operation.objects.using(op._state.db or "default").filter(pk=op.id).first()
     if saved is None:  # deleted in the meantime: nothing to report
         return

@@ -25,6 +25,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
@@ -181,7 +183,7 @@ class Watcher:
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._listen_token = None
+        self._listen_token: int | None = None
         self.reads = 0  # queries issued by the loop (one per wake)
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.follow_ttl = max(30.0, 5 * poll)
@@ -254,7 +256,7 @@ class Watcher:
             self._followed[op_id] += 1
             first = self._followed[op_id] == 1
         if first and self.channel:
-            self._write("watch_follow", {"ids": [op_id], "watcher": self.token, "ttl": self.follow_ttl})
+            self._write("follow", store.watch_follow, [op_id], ttl=self.follow_ttl)
 
     def _unfollow(self, op_id: str) -> None:
         with self._lock:
@@ -263,15 +265,15 @@ class Watcher:
             if last:
                 del self._followed[op_id]
         if last and self.channel:
-            self._write("watch_forget", {"ids": [op_id], "watcher": self.token})
+            self._write("forget", store.watch_forget, [op_id])
 
-    def _write(self, name: str, params: dict) -> None:
+    def _write(self, what: str, write: Callable[..., None], ids: list[str] | None, **params: Any) -> None:
         # Following is what makes writes notify; failing at it costs latency (the poll still
         # delivers), never a subscription.
         try:
-            store.run(name, params, using=self.using)
+            write(ids, watcher=self.token, using=self.using, **params)
         except Exception as exc:
-            log.warning("watcher could not %s (%s); relying on its poll", name.removeprefix("watch_"), exc)
+            log.warning("watcher could not %s (%s); relying on its poll", what, exc)
             connections[self.using].close_if_unusable_or_obsolete()
 
     def subscriptions(self) -> int:
@@ -311,7 +313,7 @@ class Watcher:
         with self._lock:
             self._followed.clear()
         if self.channel:
-            self._write("watch_forget", {"ids": None, "watcher": self.token})
+            self._write("forget", store.watch_forget, None)
 
     def _refresh_follows(self) -> None:
         if not self.channel or time.monotonic() - self._last_refresh < self.follow_ttl / 3:
@@ -320,7 +322,7 @@ class Watcher:
         with self._lock:
             ids = sorted(self._followed)
         if ids:
-            self._write("watch_follow", {"ids": ids, "watcher": self.token, "ttl": self.follow_ttl})
+            self._write("follow", store.watch_follow, ids, ttl=self.follow_ttl)
 
     def _run(self) -> None:
         last_read = 0.0
@@ -358,6 +360,17 @@ class Watcher:
                             self._remove(sub)
         finally:
             connections[self.using].close()
+
+
+def watch(op_id: str, *, owner: str | None = None) -> Subscription:
+    """Follow one operation from this process: ``operations.watch(op_id)``.
+
+    Iterate the returned subscription for snapshots (``Operation`` instances, newest wins: a
+    slow reader skips intermediate ones), ending after the terminal one; ``get(timeout)``
+    waits for the next. Close it, or use it as a context manager, to stop following early.
+    Scoped to ``owner`` when given; raises ``OperationNotFound``, ``TooManyWatchers``.
+    """
+    return shared().watch(op_id, owner=owner)
 
 
 _shared: Watcher | None = None

@@ -13,12 +13,13 @@ import json
 
 import django
 from django.contrib import admin, messages
+from django.contrib.admin.exceptions import NotRegistered
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -31,7 +32,7 @@ from workqueue import dashboard, handlers
 from workqueue.conf import wq_settings
 from workqueue.environments import create_api_key, create_environment, rotate_environment_key
 from workqueue.models import ApiKey, Environment, MaintenanceRun, Outcome, QueueDashboard, State, Worker, WorkItem
-from workqueue.templatetags.workqueue_admin import DASH, duration, lease_text, seconds_between
+from workqueue.templatetags.workqueue_admin import DASH, badge, duration, lease_text, seconds_between
 
 #: Badge tone of each state; a stopped item takes the tone of its outcome.
 STATE_TONES: dict[str, str] = {
@@ -49,10 +50,6 @@ OUTCOME_TONES: dict[str, str] = {
 }
 #: An action refuses selections larger than this (narrow the filter instead).
 MAX_ACTION_ITEMS = 10_000
-
-
-def badge(label: str, tone: str, title: str = "") -> str:
-    return format_html('<span class="wq-badge wq-tone-{}" title="{}">{}</span>', tone, title, label)
 
 
 def state_badge(state: str, outcome: str | None = None) -> str:
@@ -76,6 +73,7 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         qs = self.object_list
+        assert isinstance(qs, QuerySet), "the admin paginates querysets"
         unfiltered = not qs.query.where
         estimate = dashboard.table_estimate(qs.model._meta.db_table, using=qs.db) if unfiltered else None
         if estimate is not None and estimate > self.exact_up_to:
@@ -98,13 +96,14 @@ class LeanChangeList(ChangeList):
 
     def get_queryset(self, request, exclude_parameters=None):
         queryset = super().get_queryset(request, exclude_parameters)
-        return queryset.defer(*self.model_admin.list_defer) if self.model_admin.list_defer else queryset
+        list_defer = getattr(self.model_admin, "list_defer", ())  # FastListMixin's, when it has one
+        return queryset.defer(*list_defer) if list_defer else queryset
 
 
 class FastListMixin:
     """Change list settings that keep a list of millions of rows to bounded queries."""
 
-    paginator = EstimatedCountPaginator
+    paginator: type[Paginator] = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     #: Large columns the change list never shows (the change page still reads them).
@@ -167,8 +166,9 @@ class SituationFilter(admin.SimpleListFilter):
         return list(self.SCOPES.items())
 
     def queryset(self, request, queryset):
-        if self.value() in self.SCOPES:
-            return getattr(queryset, self.value())()
+        value = self.value()
+        if value is not None and value in self.SCOPES:
+            return getattr(queryset, value)()
         return queryset
 
 
@@ -180,8 +180,9 @@ class QueueFilter(admin.SimpleListFilter):
 
     def lookups(self, request, model_admin):
         names = set(wq_settings().queues) | set(handlers.queues())
-        if self.value():
-            names.add(self.value())
+        value = self.value()
+        if value:
+            names.add(value)
         return [(name, name) for name in sorted(names)]
 
     def queryset(self, request, queryset):
@@ -403,7 +404,7 @@ class QueueDashboardAdmin(admin.ModelAdmin):
     def _may_view(self, request) -> bool:
         try:
             work_items = self.admin_site.get_model_admin(WorkItem)
-        except admin.sites.NotRegistered:
+        except NotRegistered:
             return False
         return work_items.has_view_permission(request)
 
@@ -467,7 +468,7 @@ class KeyCreatingAdmin(admin.ModelAdmin):
         key = getattr(request, "_workqueue_new_key", None)
         if key is None:
             return super().response_add(request, obj, post_url_continue)
-        return self.show_key(request, obj, key, title=f"{self.opts.verbose_name.capitalize()} added")
+        return self.show_key(request, obj, key, title=f"{str(self.opts.verbose_name).capitalize()} added")
 
     def show_key(self, request, obj, key: str, *, title: str):
         """Render the key on this response, never through messages (a cookie by default) or
@@ -524,7 +525,7 @@ class EnvironmentAdmin(KeyCreatingAdmin):
         """Confirm, then give the environment a new key (shown once); the old key stops working."""
         env = self.get_object(request, unquote(object_id))
         if env is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]  # Django's, missing from the stubs
         if not self.has_change_permission(request, env):
             raise PermissionDenied
         change_url = reverse(f"{self.admin_site.name}:workqueue_environment_change", args=[quote(env.pk)])

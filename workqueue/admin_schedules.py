@@ -15,10 +15,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from workqueue import schedules
-from workqueue.admin import badge
 from workqueue.exceptions import InvalidSchedule
 from workqueue.models import Schedule, WorkItem
-from workqueue.templatetags.workqueue_admin import DASH, duration, seconds_between
+from workqueue.templatetags.workqueue_admin import DASH, badge, duration, seconds_between
 
 
 class ScheduleForm(forms.ModelForm):
@@ -53,6 +52,7 @@ class ScheduleForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
+        assert data is not None  # ModelForm.clean returns cleaned_data
         if self.errors:
             return data
         fields = {k: data.get(k) for k in self.Meta.fields if k != "enabled"}

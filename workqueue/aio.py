@@ -1,10 +1,12 @@
 """The asyncio runner pool: ``async def`` handlers on one event loop thread per process.
 
-``runworker`` starts one ``AsyncPool`` when it serves a queue whose handler is a coroutine
-function. The pool runs up to ``--async-concurrency`` handlers at once (default
+``runworker`` starts one ``AsyncRunnerPool`` when it serves a queue whose handler is a
+coroutine function (or when a sync handler hands its run on as a coroutine: an ``async def``
+operation kind or task). The pool runs up to ``--async-concurrency`` handlers at once (default
 ``WORKQUEUE["ASYNC_CONCURRENCY"]``, 100) on its loop, beside the threads that run sync
 handlers, so a process serving both kinds of queue does both and a sync handler never blocks
-the loop.
+the loop. It is a runner pool like the threads' (``workqueue.worker.runners``): the same
+``Runs.begin`` / ``Runs.end`` around each handler, so every outcome rule is the same.
 
 Cancellation: the lease keeper (or a shutdown, or a lost lease) cancels a run by setting its
 hold's ``cancelled`` event, as for a sync handler. The pool's watchdog sees the flag within
@@ -34,8 +36,11 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from django.db import connections
+
+from workqueue import tracing
 
 log = logging.getLogger("workqueue.aio")
 
@@ -43,7 +48,7 @@ log = logging.getLogger("workqueue.aio")
 WATCH_INTERVAL = 0.05
 
 
-_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncPool] = weakref.WeakKeyDictionary()
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncRunnerPool] = weakref.WeakKeyDictionary()
 
 
 async def off_loop(fn: Callable, *args, **kwargs):
@@ -61,6 +66,10 @@ async def off_loop(fn: Callable, *args, **kwargs):
     return await pool.run_sync(functools.partial(fn, *args, **kwargs))
 
 
+async def _await(awaitable):
+    return await awaitable
+
+
 def is_async(fn: Callable) -> bool:
     """Whether ``fn`` is a coroutine function (or an object whose ``__call__`` is one)."""
     if inspect.iscoroutinefunction(fn):
@@ -69,18 +78,19 @@ def is_async(fn: Callable) -> bool:
     return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
 
 
-class AsyncPool:
-    """One event loop on its own thread, running at most ``concurrency`` jobs at once.
+class AsyncRunnerPool:
+    """One event loop on its own thread running claimed items' ``async def`` handlers.
 
-    A job is ``submit(hold, job)``: ``job`` is a coroutine function of no arguments that runs
-    a handler through ``call_handler`` and accounts for the run; ``hold`` is what the watchdog
-    watches (anything with ``is_cancelled()``). Blocking work a job must do off the loop (a
-    database write to settle its item) goes through ``run_sync``.
+    ``submit(holds)`` (from the claim loop) starts a task per hold; ``resume`` continues a run
+    whose sync handler returned an awaitable. ``runs`` is the worker's ``Runs``: ``begin``
+    before the handler, ``end`` after it (off the loop when it may write). Blocking work goes
+    through ``run_sync`` (the pool's executor).
     """
 
-    def __init__(self, concurrency: int, *, name: str = "workqueue-async", sync_threads: int = 8):
+    def __init__(self, runs, concurrency: int, *, name: str = "workqueue-async", sync_threads: int = 8):
         if concurrency < 1:
             raise ValueError("async concurrency must be at least 1")
+        self.runs = runs
         self.concurrency = concurrency
         self.name = name
         self.loop = asyncio.new_event_loop()
@@ -92,9 +102,10 @@ class AsyncPool:
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._active = 0  # submitted and not yet ended
-        self._tasks: dict[asyncio.Task, object] = {}  # on the loop thread only
+        self._tasks: dict[asyncio.Task, Any] = {}  # task -> its hold; on the loop thread only
         self._cancellable: set[asyncio.Task] = set()  # tasks inside their handler (loop thread only)
         self._stopped = False
+        self._waiting: set = set()  # submitted, not begun (take_waiting hands them back)
         self.peak = 0
 
     # -- from any thread ----------------------------------------------------------------
@@ -111,15 +122,66 @@ class AsyncPool:
     def free(self) -> int:
         return max(0, self.concurrency - self._active)
 
-    def submit(self, hold, job: Callable[[], Awaitable[None]]) -> None:
-        """Run ``job()`` on the loop (thread-safe); its end frees its slot."""
+    # -- the runner pool (workqueue.worker.runners.RunnerPool) --------------------------
+
+    def submit(self, holds: list) -> None:
+        """Run these claimed items' handlers on the loop (never blocks)."""
+        with self._lock:
+            self._waiting.update(holds)
+        for hold in holds:
+            self._submit(hold, functools.partial(self._begin_and_run, hold))
+
+    def resume(self, hold, ctx, awaitable, traced) -> None:
+        """Await what a sync handler returned as the rest of its run (thread-safe)."""
+
+        async def rest() -> None:
+            tracing.resume(traced)
+            await self._await(hold, ctx, traced, _await, awaitable)
+
+        self._submit(hold, rest)
+
+    def take_waiting(self) -> list:
+        """Take back the submitted items whose tasks have not begun them."""
+        with self._lock:
+            waiting, self._waiting = list(self._waiting), set()
+        return waiting
+
+    async def _begin_and_run(self, hold) -> None:
+        with self._lock:
+            if hold not in self._waiting:
+                return  # taken back (shutdown gives it back)
+            self._waiting.discard(hold)
+        runs = self.runs
+        if runs.draining.is_set():
+            await self.run_sync(runs.begin, hold)  # gives it back: a database write
+            return
+        started = runs.begin(hold)  # nothing here touches the database while not draining
+        if started is None:
+            return
+        handler, ctx = started
+        traced = tracing.start_run(hold.item, runs.worker_id)
+        await self._await(hold, ctx, traced, handler.fn, hold.item, ctx)
+
+    async def _await(self, hold, ctx, traced, fn, *args) -> None:
+        error = None
+        try:
+            await self.call_handler(fn, *args)
+        except BaseException as exc:  # CancelledError too: Runs.end tells a stop from a failure
+            error = exc
+        if error is None:
+            ended = self.runs.end(hold, ctx, None)  # a completion: queued in memory for the settler
+        else:
+            ended = await self.run_sync(self.runs.end, hold, ctx, error)
+        tracing.end_run(traced, ended, None if isinstance(error, asyncio.CancelledError) else error)
+
+    def _submit(self, hold, job: Callable[[], Awaitable[None]]) -> None:
         with self._lock:
             self._active += 1
             self.peak = max(self.peak, self._active)
         self.loop.call_soon_threadsafe(self._spawn, hold, job)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Cancel what still runs, stop the loop and join its thread (and the executor)."""
+        """Let cancelled handlers stop, cancel what still runs, end the loop and its thread."""
         if self._stopped:
             return
         self._stopped = True
@@ -152,18 +214,21 @@ class AsyncPool:
                 connections.close_all()
 
     def _spawn(self, hold, job) -> None:
-        task = self.loop.create_task(self._guarded(job))
+        task = self.loop.create_task(self._guarded(hold, job))
         self._tasks[task] = hold
 
-    async def _guarded(self, job) -> None:
+    async def _guarded(self, hold, job) -> None:
         try:
             await job()
         except asyncio.CancelledError:
             pass  # a cancelled job accounted for itself, or the pool is stopping
         except BaseException:
-            log.exception("async job failed outside its handler")
+            # Never leave the item counted in flight (Runs.crashed logs it).
+            self.runs.crashed(hold)
         finally:
-            self._tasks.pop(asyncio.current_task(), None)
+            task = asyncio.current_task()
+            if task is not None:
+                self._tasks.pop(task, None)
             with self._lock:
                 self._active -= 1
 
@@ -192,6 +257,7 @@ class AsyncPool:
         from asgiref.sync import SyncToAsync, ThreadSensitiveContext, sync_to_async
 
         task = asyncio.current_task()
+        assert task is not None  # called from a task on the loop
         self._cancellable.add(task)
         try:
             async with ThreadSensitiveContext() as context:

@@ -24,6 +24,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass, fields, replace
 from functools import cache
+from typing import Any, Literal, overload
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -135,6 +136,19 @@ _COUNTS = {
 }
 
 
+@overload
+def seconds(
+    value: object,
+    *,
+    what: str,
+    allow_none: Literal[False] = False,
+    allow_zero: bool = False,
+    error: type[Exception] = WorkqueueSettingsError,
+) -> float: ...
+@overload
+def seconds(
+    value: object, *, what: str, allow_none: bool, allow_zero: bool = False, error: type[Exception] = ...
+) -> float | None: ...
 def seconds(
     value: object,
     *,
@@ -157,6 +171,19 @@ def seconds(
     return float(value)
 
 
+@overload
+def count(
+    value: object,
+    *,
+    what: str,
+    allow_none: Literal[False] = False,
+    minimum: int = 1,
+    error: type[Exception] = WorkqueueSettingsError,
+) -> int: ...
+@overload
+def count(
+    value: object, *, what: str, allow_none: bool, minimum: int = 1, error: type[Exception] = ...
+) -> int | None: ...
 def count(
     value: object,
     *,
@@ -173,6 +200,12 @@ def count(
     return value
 
 
+@overload
+def factor(
+    value: object, *, what: str, allow_none: Literal[False] = False, error: type[Exception] = WorkqueueSettingsError
+) -> float: ...
+@overload
+def factor(value: object, *, what: str, allow_none: bool, error: type[Exception] = ...) -> float | None: ...
 def factor(
     value: object, *, what: str, allow_none: bool = False, error: type[Exception] = WorkqueueSettingsError
 ) -> float | None:
@@ -197,7 +230,7 @@ def _queue(name: str, raw: object, base: QueueSettings, where: str) -> QueueSett
     if not isinstance(raw, dict):
         raise WorkqueueSettingsError(f"{where} must be a dict of queue settings, not {raw!r}.")
     known_keys(raw, QUEUE_KEYS, what=where)
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # each value checked for its key's type below
     for key, value in raw.items():
         what = f"{where}[{key!r}]"
         if key in ("lease", "retry_delay", "max_retry_delay", "retention"):
@@ -221,6 +254,30 @@ def _queue(name: str, raw: object, base: QueueSettings, where: str) -> QueueSett
 
 class WorkqueueSettings:
     """The validated ``WORKQUEUE`` setting. Read it with :func:`wq_settings`."""
+
+    # Set from _DURATIONS and _COUNTS by name (the lowercased key), declared here.
+    poll_interval: float
+    shutdown_grace: float
+    worker_heartbeat: float
+    worker_stale_after: float
+    worker_forget_after: float
+    startup_lease: float
+    heartbeat_ttl: float
+    heartbeat_ttl_min: float
+    heartbeat_ttl_max: float
+    polling_window: float
+    stuck_after: float
+    maintenance_warn_after: float
+    schedule_grace: float
+    batch: int
+    concurrency: int
+    async_concurrency: int
+    recover_batch: int
+    reap_batch: int
+    finalize_batch: int
+    schedule_batch: int
+    schedule_catchup: int
+    max_pollers: int
 
     def __init__(self, raw: object):
         if raw is None:

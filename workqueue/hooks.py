@@ -1,12 +1,15 @@
 """Extension points other apps plug into without ``workqueue`` importing them.
 
-- ``on_settled(fn)``: ``fn(items, reason)`` runs inside the transaction in which a queue
-  rule settled items by itself (attempts spent on a lapsed lease, hard timeout,
-  ``cancel_key``, an operator's force stop), so an app that mirrors work items elsewhere
-  (``operations``) can settle its own rows atomically. ``reason`` is one of
-  ``attempts_exhausted``, ``hard_timeout``, ``cancelled``, ``force_stopped``, ``requeued``,
-  or ``released`` (a worker gave held items back, e.g. at shutdown; the items still carry
-  the lease proof they were held under).
+- ``on_items_moved(fn)``: ``fn(items, reason)`` runs inside the transaction in which items
+  were moved by something other than their handler's own settlement, so an app that mirrors
+  work items elsewhere (``operations``) can follow them atomically. ``reason`` is a
+  ``MoveReason`` (a ``str`` enum, equal to its value):
+
+  - settled by a queue rule: ``ATTEMPTS_EXHAUSTED`` (attempts spent on lapsed leases),
+    ``HARD_TIMEOUT``, ``CANCELLED`` (``cancel_key``), ``FORCE_STOPPED`` (an operator);
+  - back to queued, still unsettled: ``REQUEUED`` (an operator's requeue; the holder loses
+    its lease) and ``RELEASED`` (a worker gave held items back, e.g. at shutdown or after
+    losing its connection; the items still carry the lease proof they were held under).
 - ``register_sweep(kind, name, fn)``: ``fn(using=..., dry_run=False) -> dict[str, int]`` is run by
   ``manage.py recover`` (``kind="recover"``) or ``manage.py reap`` (``kind="reap"``) under
   the same advisory lock, and its counts are merged into the summary line as
@@ -20,30 +23,50 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 
-SettledHook = Callable[[list, str], None]
+
+class MoveReason(enum.StrEnum):
+    """Why ``items_moved`` hooks are called (see the module docstring)."""
+
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    HARD_TIMEOUT = "hard_timeout"
+    CANCELLED = "cancelled"
+    FORCE_STOPPED = "force_stopped"
+    REQUEUED = "requeued"
+    RELEASED = "released"
+
+
+ItemsMovedHook = Callable[[list, MoveReason], None]
 Sweep = Callable[..., dict[str, int]]
 
 ScheduleFire = Callable[..., tuple[str, str]]
 ScheduleCheck = Callable[..., list[str]]
 
-_settled: list[SettledHook] = []
+_items_moved: list[ItemsMovedHook] = []
 _schedule_targets: dict[str, tuple[ScheduleFire, ScheduleCheck]] = {}
 _sweeps: dict[str, dict[str, Sweep]] = {"recover": {}, "reap": {}}
 
 
-def on_settled(fn: SettledHook) -> SettledHook:
-    """Call ``fn(items, reason)`` whenever a queue rule settles items (usable as a decorator)."""
-    if fn not in _settled:
-        _settled.append(fn)
+def on_items_moved(fn: ItemsMovedHook) -> ItemsMovedHook:
+    """Call ``fn(items, reason)`` whenever items are moved without their handler (a decorator too)."""
+    if fn not in _items_moved:
+        _items_moved.append(fn)
     return fn
 
 
-def settled(items: list, reason: str) -> None:
-    """Tell every ``on_settled`` hook about items a rule just settled (inside its transaction)."""
+def off_items_moved(fn: ItemsMovedHook) -> None:
+    """Stop calling ``fn`` (registered with ``on_items_moved``); nothing if it is not registered."""
+    if fn in _items_moved:
+        _items_moved.remove(fn)
+
+
+def items_moved(items: list, reason: MoveReason) -> None:
+    """Tell every ``on_items_moved`` hook about items just moved (inside the moving transaction)."""
     if items:
-        for fn in list(_settled):
+        reason = MoveReason(reason)  # a typo'd reason fails here, not silently in a hook
+        for fn in list(_items_moved):
             fn(items, reason)
 
 

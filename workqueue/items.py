@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from workqueue.exceptions import InvalidMetadata
 from workqueue.sql import ITEM_COLUMNS
 
 _N = len(ITEM_COLUMNS)
@@ -35,7 +36,7 @@ class Item:
     state: str
     outcome: str | None
     priority: int
-    run_after: dt.datetime
+    run_after: dt.datetime | None  # None on an item made from a claim's row, which does not read it
     attempts: int
     max_attempts: int
     lease_token: UUID | None
@@ -111,3 +112,57 @@ class Item:
 
     def __repr__(self) -> str:
         return f"<Item {self.public_id} {self.queue}:{self.key} {self.state} attempt {self.attempts}>"
+
+
+# The limits of an item's metadata (SPEC: string keys to string values), checked at enqueue,
+# in a wire metadata patch and for a schedule's metadata.
+METADATA_MAX_KEYS = 16
+METADATA_MAX_KEY_LENGTH = 64
+METADATA_MAX_VALUE_LENGTH = 512
+
+
+def validate_metadata(metadata: object, *, allow_null_values: bool = False) -> dict:
+    """Check work item metadata: string keys to string values (or null, to delete, in a patch),
+    within the size limits; raise InvalidMetadata naming every problem (the first few keys)."""
+    if metadata is None:
+        return {}
+    kinds = "string or null values" if allow_null_values else "string values"
+    if not isinstance(metadata, dict):
+        raise InvalidMetadata([f"metadata must be an object of {kinds}, not {type(metadata).__name__}"])
+    problems = []
+    if len(metadata) > METADATA_MAX_KEYS:
+        problems.append(f"at most {METADATA_MAX_KEYS} keys are allowed, got {len(metadata)}")
+    for key, value in list(metadata.items())[: METADATA_MAX_KEYS + 4]:
+        if not isinstance(key, str) or not key:
+            problems.append(f"key {key!r} must be a non-empty string")
+            continue
+        shown = repr(key[:40]) + ("…" if len(key) > 40 else "")
+        if len(key) > METADATA_MAX_KEY_LENGTH:
+            problems.append(f"key {shown} is longer than {METADATA_MAX_KEY_LENGTH} characters")
+        elif not _storable(key):
+            problems.append(f"key {shown} contains a NUL or an unpaired surrogate")
+        if value is None and allow_null_values:
+            continue
+        if not isinstance(value, str):
+            problems.append(
+                f"value of {shown} must be a {kinds.split()[0]}{' or null' if allow_null_values else ''}, "
+                f"not {type(value).__name__}"
+            )
+        elif len(value) > METADATA_MAX_VALUE_LENGTH:
+            problems.append(f"value of {shown} is longer than {METADATA_MAX_VALUE_LENGTH} characters")
+        elif not _storable(value):
+            problems.append(f"value of {shown} contains a NUL or an unpaired surrogate")
+    if problems:
+        raise InvalidMetadata(problems)
+    return metadata
+
+
+def _storable(text: str) -> bool:
+    """Whether PostgreSQL can store the text (no NUL, valid UTF-8: no lone surrogates)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -86,6 +86,7 @@ def run_sweep(name: str, *, dry_run: bool = False, using: str = DEFAULT_DB_ALIAS
             result.seconds = time.monotonic() - started
             if dry_run:
                 raise _Rollback
+            assert run is not None  # recorded above, since this is not a dry run
             run.finished_at, run.counts = timezone.now(), result.counts
             run.save(update_fields=["finished_at", "counts"])
     except _Rollback:

@@ -1,5 +1,10 @@
 """``WorkItem.objects``: a QuerySet method per state, and the queue's verbs as manager methods.
 
+This is the core manager (producing work, the in-process lane, operators); the wire lane's
+verbs (poll, ack, heartbeat, ...) are ``workqueue.wire.store.WireLane``, and the manager
+``WorkItem.objects`` is built from both there (``WireItemManager``), so this module imports
+neither the models nor the wire.
+
 Each verb is one named statement from ``sql/queries.sql`` plus row mapping and error
 translation, run on Django's connection so it joins the caller's ``transaction.atomic()``.
 The admin, the dashboard and the commands read through the QuerySet methods only.
@@ -10,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from django.db import models, transaction
 from django.db.models import F, Q
@@ -18,21 +24,24 @@ from psycopg.types.json import Jsonb
 
 from workqueue import hooks, sql, tracing
 from workqueue.conf import QUEUE_NAME, wq_settings
-from workqueue.exceptions import InvalidInput, InvalidMetadata, LeaseLost, UnknownEnvironment
-from workqueue.items import Item
-from workqueue.wire.store import WireLane
+from workqueue.exceptions import InvalidInput, LeaseLost, UnknownEnvironment
+from workqueue.items import (  # noqa: F401  (the metadata limits live with the item; re-exported)
+    METADATA_MAX_KEY_LENGTH,
+    METADATA_MAX_KEYS,
+    METADATA_MAX_VALUE_LENGTH,
+    Item,
+    validate_metadata,
+)
+from workqueue.states import HELD_STATES, LIVE_STATES, RUNNING_STATES, UNSETTLED_STATES, State
 
 MAX_KEY_LENGTH = 512
-METADATA_MAX_KEYS = 16
-METADATA_MAX_KEY_LENGTH = 64
-METADATA_MAX_VALUE_LENGTH = 512
 
 
 class WorkItemQuerySet(models.QuerySet):
     """Named scopes, one per state; every reader of the table goes through these."""
 
     def queued(self):
-        return self.filter(state="queued")
+        return self.filter(state=State.QUEUED)
 
     def ready(self):
         """Queued, due, and not reserved by a live wire poll."""
@@ -50,22 +59,22 @@ class WorkItemQuerySet(models.QuerySet):
         return self.queued().filter(lease_expires_at__gt=Now())
 
     def running(self):
-        return self.filter(state__in=["starting", "active"])
+        return self.filter(state__in=RUNNING_STATES)
 
     def stopping(self):
-        return self.filter(state="stopping")
+        return self.filter(state=State.STOPPING)
 
     def held(self):
-        return self.filter(state__in=["starting", "active", "stopping"])
+        return self.filter(state__in=HELD_STATES)
 
     def live(self):
-        return self.filter(state__in=["queued", "starting", "active"])
+        return self.filter(state__in=LIVE_STATES)
 
     def unsettled(self):
-        return self.filter(state__in=["queued", "starting", "active", "stopping"])
+        return self.filter(state__in=UNSETTLED_STATES)
 
     def stopped(self):
-        return self.filter(state="stopped")
+        return self.filter(state=State.STOPPED)
 
     def succeeded(self):
         return self.stopped().filter(outcome="succeeded")
@@ -80,8 +89,8 @@ class WorkItemQuerySet(models.QuerySet):
     def stuck(self, stuck_after: float | None = None):
         """Lapsed holders, and queued items far past their run_after (nobody is claiming them)."""
         after = dt.timedelta(seconds=stuck_after if stuck_after is not None else wq_settings().stuck_after)
-        late = Q(state="queued", run_after__lt=Now() - after)
-        return self.filter(Q(state__in=["starting", "active", "stopping"], lease_expires_at__lt=Now()) | late)
+        late = Q(state=State.QUEUED, run_after__lt=Now() - after)
+        return self.filter(Q(state__in=HELD_STATES, lease_expires_at__lt=Now()) | late)
 
     def wire_visible(self, environment_id: str):
         """Items the HTTP pull API may show for this environment (see SPEC: wire-visible)."""
@@ -98,53 +107,6 @@ class ClaimResult:
 
     items: list[Item] = field(default_factory=list)
     settled: list[Item] = field(default_factory=list)
-
-
-def validate_metadata(metadata: object, *, allow_null_values: bool = False) -> dict:
-    """Check work item metadata: string keys to string values (or null, to delete, in a patch),
-    within the size limits; raise InvalidMetadata naming every problem (the first few keys)."""
-    if metadata is None:
-        return {}
-    kinds = "string or null values" if allow_null_values else "string values"
-    if not isinstance(metadata, dict):
-        raise InvalidMetadata([f"metadata must be an object of {kinds}, not {type(metadata).__name__}"])
-    problems = []
-    if len(metadata) > METADATA_MAX_KEYS:
-        problems.append(f"at most {METADATA_MAX_KEYS} keys are allowed, got {len(metadata)}")
-    for key, value in list(metadata.items())[: METADATA_MAX_KEYS + 4]:
-        if not isinstance(key, str) or not key:
-            problems.append(f"key {key!r} must be a non-empty string")
-            continue
-        shown = repr(key[:40]) + ("…" if len(key) > 40 else "")
-        if len(key) > METADATA_MAX_KEY_LENGTH:
-            problems.append(f"key {shown} is longer than {METADATA_MAX_KEY_LENGTH} characters")
-        elif not _storable(key):
-            problems.append(f"key {shown} contains a NUL or an unpaired surrogate")
-        if value is None and allow_null_values:
-            continue
-        if not isinstance(value, str):
-            problems.append(
-                f"value of {shown} must be a {kinds.split()[0]}{' or null' if allow_null_values else ''}, "
-                f"not {type(value).__name__}"
-            )
-        elif len(value) > METADATA_MAX_VALUE_LENGTH:
-            problems.append(f"value of {shown} is longer than {METADATA_MAX_VALUE_LENGTH} characters")
-        elif not _storable(value):
-            problems.append(f"value of {shown} contains a NUL or an unpaired surrogate")
-    if problems:
-        raise InvalidMetadata(problems)
-    return metadata
-
-
-def _storable(text: str) -> bool:
-    """Whether PostgreSQL can store the text (no NUL, valid UTF-8: no lone surrogates)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _check_queue(queue: object) -> str:
@@ -196,8 +158,8 @@ def _current_trace() -> Jsonb | None:
     return Jsonb(found) if found is not None else None
 
 
-class WorkItemManager(WireLane, models.Manager):
-    """The queue's verbs. Each is one statement; see ``sql/queries.sql`` for the SQL."""
+class WorkItemManager(models.Manager):
+    """The queue's core verbs. Each is one statement; see ``sql/queries.sql`` for the SQL."""
 
     # -- producing work ---------------------------------------------------------------
 
@@ -252,7 +214,7 @@ class WorkItemManager(WireLane, models.Manager):
             using=self.db,
         )
         if not rows:
-            raise UnknownEnvironment(env_id)
+            raise UnknownEnvironment(str(env_id))
         row = rows[0]
         return Item.from_row(row), bool(row[len(sql.ITEM_COLUMNS)])
 
@@ -312,14 +274,14 @@ class WorkItemManager(WireLane, models.Manager):
             return []
         env_ids = {e for e in cols["environment_ids"] if e is not None}
         if env_ids:
-            from workqueue.models import Environment
-
-            known = set(Environment.objects.using(self.db).filter(pk__in=env_ids).values_list("pk", flat=True))
+            environments = cast("type[models.Model]", self.model._meta.get_field("environment").related_model)
+            known = set(
+                environments._default_manager.using(self.db).filter(pk__in=env_ids).values_list("pk", flat=True)
+            )
             if env_ids - known:
                 raise UnknownEnvironment(sorted(env_ids - known)[0])
-        cols["trace_context"] = _current_trace()
         with transaction.atomic(using=self.db, savepoint=False):
-            rows = sql.run("item_enqueue_many", cols, using=self.db)
+            rows = sql.run("item_enqueue_many", {**cols, "trace_context": _current_trace()}, using=self.db)
             sql.run(
                 "queue_notify",
                 {"channel": settings.notify_channel, "queues": sorted(set(cols["queues"]))},
@@ -370,7 +332,7 @@ class WorkItemManager(WireLane, models.Manager):
                 item = Item.from_claimed(row)
                 item.claimed_by = worker_id
                 (result.items if item.state == "active" else result.settled).append(item)
-            hooks.settled(result.settled, "attempts_exhausted")
+            hooks.items_moved(result.settled, hooks.MoveReason.ATTEMPTS_EXHAUSTED)
         return result
 
     def extend(self, item: Item, lease: float | None = None) -> dt.datetime:
@@ -431,7 +393,8 @@ class WorkItemManager(WireLane, models.Manager):
         )
         # (id, proof): an old and a new claim of one item in one batch are told apart.
         done = {(r[0], r[1]) for r in rows}
-        settled, lost = [], []
+        settled: list[Item] = []
+        lost: list[Item] = []
         # The Items keep their proof: a settlement inside the caller's transaction can still
         # roll back, and then the proof is what the holder (and its lease keeper) needs.
         for item in items:
@@ -476,7 +439,7 @@ class WorkItemManager(WireLane, models.Manager):
                 using=self.db,
             )
             released = {(r[0], r[1]) for r in rows}
-            hooks.settled([i for i in items if (i.id, i.lease_token) in released], "released")
+            hooks.items_moved([i for i in items if (i.id, i.lease_token) in released], hooks.MoveReason.RELEASED)
         return sorted({item_id for item_id, _token in released})
 
     def release_lost_connection(self, item: Item, error: str) -> bool:
@@ -490,7 +453,7 @@ class WorkItemManager(WireLane, models.Manager):
                 using=self.db,
             )
             if rows:
-                hooks.settled([item], "released")
+                hooks.items_moved([item], hooks.MoveReason.RELEASED)
         return bool(rows)
 
     def assert_held(self, item: Item) -> None:
@@ -510,7 +473,7 @@ class WorkItemManager(WireLane, models.Manager):
             _check_queue(queue)
         with transaction.atomic(using=self.db, savepoint=False):
             items = [Item.from_row(r) for r in sql.run("item_cancel_key", {"key": key, "queue": queue}, using=self.db)]
-            hooks.settled(items, "cancelled")
+            hooks.items_moved(items, hooks.MoveReason.CANCELLED)
         return items
 
     # -- operators --------------------------------------------------------------------
@@ -519,12 +482,12 @@ class WorkItemManager(WireLane, models.Manager):
         """Stop the given items now (outcome cancelled); their holders lose their leases."""
         with transaction.atomic(using=self.db, savepoint=False):
             items = [Item.from_row(r) for r in sql.run("item_force_stop", {"ids": list(ids)}, using=self.db)]
-            hooks.settled(items, "force_stopped")
+            hooks.items_moved(items, hooks.MoveReason.FORCE_STOPPED)
         return items
 
     def requeue_now(self, ids: Iterable[int]) -> list[Item]:
         """Make the given unsettled items ready now; holders lose their leases."""
         with transaction.atomic(using=self.db, savepoint=False):
             items = [Item.from_row(r) for r in sql.run("item_requeue_now", {"ids": list(ids)}, using=self.db)]
-            hooks.settled(items, "requeued")
+            hooks.items_moved(items, hooks.MoveReason.REQUEUED)
         return items

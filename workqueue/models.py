@@ -1,21 +1,9 @@
-"""The work item and its state machine; environments, workers, pollers, API keys, sweep runs.
+"""The work item; environments, workers, pollers, API keys, sweep runs.
 
-A work item moves through these states (the SQL that moves it is in ``sql/queries.sql``)::
-
-    queued ──claim──────────────► active ──complete/fail(final)──► stopped
-      ▲  ▲                          │  ▲
-      │  └──fail (retry, backoff)───┘  └── lapsed lease: claim reclaims it (reclaimed=True)
-      │
-      ├──poll (wire; soft reservation, stays queued)
-      │     └─ack──► starting ──first heartbeat──► active ──graceful stop──► stopping ──► stopped
-      └──── lapsed starting/active wire lease: poll/recover re-offer it under a fresh public id
-
-    any live state ──cancel_key / force stop / hard timeout──► stopped
-
-``queued``, ``starting`` and ``active`` are *live*: one live item per (queue, key).
-``starting``, ``active`` and ``stopping`` are *held*: they carry a lease, and the lease
-proof (``lease_token``) minted when the item was handed out; every write by the holder must
-present it.
+The work item's state machine (states, outcomes, the named sets and the diagram) is in
+``workqueue/states.py``; the SQL that moves it is in ``workqueue/sql/`` (``queries.sql``,
+``wire.sql``, and the shared work-item fragments of ``fragments.sql``). ``State``,
+``Outcome`` and the ``*_STATES`` sets are re-exported here.
 """
 
 from __future__ import annotations
@@ -24,27 +12,17 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from workqueue.managers import WorkItemManager, WorkItemQuerySet
-
-
-class State(models.TextChoices):
-    QUEUED = "queued"
-    STARTING = "starting"
-    ACTIVE = "active"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-
-
-class Outcome(models.TextChoices):
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    STOPPED = "stopped"
-
-
-LIVE_STATES = (State.QUEUED, State.STARTING, State.ACTIVE)
-HELD_STATES = (State.STARTING, State.ACTIVE, State.STOPPING)
-UNSETTLED_STATES = (State.QUEUED, State.STARTING, State.ACTIVE, State.STOPPING)
+from workqueue.managers import WorkItemQuerySet
+from workqueue.states import (  # noqa: F401  (re-exported: the documented import path)
+    ALL_STATES,
+    HELD_STATES,
+    LIVE_STATES,
+    RUNNING_STATES,
+    UNSETTLED_STATES,
+    Outcome,
+    State,
+)
+from workqueue.wire.store import WireItemManager
 
 
 def _mint(prefix: str) -> models.Func:
@@ -108,7 +86,7 @@ class WorkItem(models.Model):
     stop_requested_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
 
-    objects = WorkItemManager.from_queryset(WorkItemQuerySet)()
+    objects = WireItemManager.from_queryset(WorkItemQuerySet)()
 
     class Meta:
         db_table = "work_items"
@@ -121,11 +99,11 @@ class WorkItem(models.Model):
             # of item_enqueue names exactly this predicate.
             models.UniqueConstraint(
                 fields=["queue", "key"],
-                condition=Q(state__in=["queued", "starting", "active"]),
+                condition=Q(state__in=list(LIVE_STATES)),
                 name="work_items_live_key_uniq",
             ),
             models.CheckConstraint(
-                condition=Q(state__in=["queued", "starting", "active", "stopping", "stopped"]),
+                condition=Q(state__in=list(ALL_STATES)),
                 name="work_items_state_valid",
             ),
         ]
@@ -155,7 +133,7 @@ class WorkItem(models.Model):
             # progress flush rewrite the row in place (a HOT update) without touching an index.
             models.Index(
                 fields=["queue"],
-                condition=Q(state__in=["starting", "active", "stopping"]),
+                condition=Q(state__in=list(HELD_STATES)),
                 name="work_items_held_idx",
             ),
             # Stopped items by age: reap's retention sweep and the dashboard's last hour.
@@ -163,7 +141,7 @@ class WorkItem(models.Model):
             # cancel_key finds an unsettled item by key alone, across queues.
             models.Index(
                 fields=["key"],
-                condition=Q(state__in=["queued", "starting", "active", "stopping"]),
+                condition=Q(state__in=list(UNSETTLED_STATES)),
                 name="work_items_unsettled_key_idx",
             ),
             # Items of an environment (deleting one checks for them; the admin filters by it).

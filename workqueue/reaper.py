@@ -36,7 +36,7 @@ def fail_hard_timeouts(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | 
                 using=using,
             )
         ]
-        hooks.settled(items, "hard_timeout")
+        hooks.items_moved(items, hooks.MoveReason.HARD_TIMEOUT)
     return len(items)
 
 

@@ -32,7 +32,7 @@ def requeue_lapsed(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | None
             )
         ]
         failed = [i for i in items if i.state == "stopped"]
-        hooks.settled(failed, "attempts_exhausted")
+        hooks.items_moved(failed, hooks.MoveReason.ATTEMPTS_EXHAUSTED)
     return len(items) - len(failed), len(failed)
 
 

@@ -129,6 +129,7 @@ class Timing:
 
     @property
     def _every_us(self) -> int:
+        assert self.every is not None, "only an interval schedule has slots every N seconds"
         return max(1, round(self.every * 1_000_000))
 
     def _us(self, t: dt.datetime) -> int:
@@ -209,13 +210,13 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * scale
 
 
-def validate(fields: dict, *, name: str | None = None) -> dict:
+def validate(fields: dict, *, name: object = None) -> dict:
     """Check a schedule definition (model field names) and return it normalised.
 
     Raises InvalidSchedule naming the schedule and what to fix; used by the settings sync,
     the system checks, the command and the admin form alike.
     """
-    from workqueue.managers import validate_metadata
+    from workqueue.items import validate_metadata
 
     name = name if name is not None else fields.get("name")
     where = f"schedule {name!r}: "

@@ -17,7 +17,10 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 from psycopg.pq import ExecStatus
 
+from workqueue import states
+
 _TUPLES_OK = ExecStatus.TUPLES_OK
+SQL_DIR = Path(__file__).with_name("sql")
 
 _NAME = re.compile(r"^-- name: ([a-z0-9_]+)\s*$", re.M)
 
@@ -53,12 +56,83 @@ ITEM_COLUMNS = (
 
 
 _CALL = re.compile(r"\{(\w+):([^{}]+)\}")
+_PLAIN = re.compile(r"\{(\w+)\}")
+_FRAGMENT = re.compile(r"^-- fragment: ([a-z0-9_]+)\(([a-z0-9_, ]*)\)\s*$", re.M)
+_ARG = re.compile(r"\$([a-z_][a-z0-9_]*)")
+
+
+def split_args(text: str) -> list[str]:
+    """Split a placeholder's argument text on the commas outside parentheses and quotes."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == "'":
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def _strip_comments(body: str) -> str:
+    return "\n".join(line for line in body.strip().splitlines() if not line.lstrip().startswith("--"))
+
+
+def render(body: str, fragments: dict) -> str:
+    """Fill ``{name}`` and ``{name:args}`` placeholders, innermost first, until none is left
+    that ``fragments`` knows (a fragment's text may hold placeholders of its own)."""
+    for _ in range(20):
+        before = body
+        body = _CALL.sub(
+            lambda m: fragments[m.group(1)](m.group(2).strip()) if m.group(1) in fragments else m.group(0), body
+        )
+        body = _PLAIN.sub(lambda m: value if isinstance(value := fragments.get(m.group(1)), str) else m.group(0), body)
+        if body == before:
+            return body
+    raise ValueError(f"placeholders nest too deep (a fragment that names itself?): {body[:200]}")
+
+
+class Fragment:
+    """A piece of SQL from a ``-- fragment: name(arg, ...)`` block, called as ``{name:a, b}``.
+
+    Each ``$arg`` in its text is replaced by the SQL text given for that argument; the
+    result is rendered again, so a fragment may use the shared fragments (``{states:live}``).
+    """
+
+    def __init__(self, name: str, params: list[str], text: str):
+        self.name, self.params, self.text = name, params, text
+
+    def __call__(self, args: str = "") -> str:
+        values = split_args(args) if self.params else []
+        if len(values) != len(self.params):
+            raise ValueError(f"fragment {self.name} takes ({', '.join(self.params)}), got {args!r}")
+        given = dict(zip(self.params, values, strict=True))
+        return _ARG.sub(lambda m: given[m.group(1)], self.text)
+
+
+def load_fragments(path: Path) -> dict[str, Fragment | str]:
+    """The ``-- fragment:`` blocks of a ``.sql`` file; one without arguments is plain text."""
+    parts = _FRAGMENT.split(path.read_text())
+    found: dict[str, Fragment | str] = {}
+    for name, params, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        if name in found:
+            raise ValueError(f"{path.name}: fragment {name!r} is defined twice")
+        names = [p.strip() for p in params.split(",") if p.strip()]
+        found[name] = Fragment(name, names, _strip_comments(body)) if names else _strip_comments(body)
+    return found
 
 
 class Statements:
     """The named statements of one ``.sql`` file, with ``{fragment}`` placeholders filled.
 
-    A fragment may be a function of one argument, written ``{name:argument}`` in the SQL.
+    A fragment is a string (``{name}``) or a function of the text after the colon
+    (``{name:argument}``); see ``shared_fragments()`` for the ones every file may use.
     """
 
     def __init__(self, path: Path, fragments: dict | None = None):
@@ -70,14 +144,7 @@ class Statements:
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
             if name in self._sql:
                 raise ValueError(f"{path.name}: statement {name!r} is defined twice")
-            body = "\n".join(line for line in body.strip().splitlines() if not line.lstrip().startswith("--"))
-            body = _CALL.sub(
-                lambda m: fragments[m.group(1)](m.group(2).strip()) if m.group(1) in fragments else m.group(0), body
-            )
-            for key, value in fragments.items():
-                if isinstance(value, str):
-                    body = body.replace("{" + key + "}", value)
-            self._sql[name] = body.strip().rstrip(";")
+            self._sql[name] = render(_strip_comments(body), fragments).strip().rstrip(";")
 
     def __getitem__(self, name: str) -> str:
         return self._sql[name]
@@ -142,25 +209,32 @@ def slots_used(args: str) -> str:
     queue, wire = (part.strip() for part in args.split(",", 1))
     return (
         f"((SELECT count(*) FROM work_items slot_h WHERE slot_h.queue = {queue}"
-        " AND slot_h.state IN ('starting', 'active', 'stopping') AND slot_h.lease_expires_at > now())"
+        f" AND slot_h.state IN {states.render_states('held')} AND slot_h.lease_expires_at > now())"
         f" + CASE WHEN {wire} THEN (SELECT count(*) FROM work_items slot_r WHERE slot_r.queue = {queue}"
         " AND slot_r.state = 'queued' AND slot_r.wire AND slot_r.lease_expires_at > now()) ELSE 0 END)"
     )
 
 
+def shared_fragments() -> dict:
+    """The fragments every statement file may use, workqueue's and operations' alike:
+    ``{item}``, ``{claimed}``, ``{relaxed}``, ``{cap_lock:...}``, ``{slots_used:...}``, the
+    state and outcome sets (``{states:live}``, ``{outcomes:charted}``, see workqueue.states)
+    and the work-item fragments of ``sql/fragments.sql`` (each documented at its top)."""
+    base = {
+        "item": ITEM_FRAGMENT,
+        "claimed": CLAIMED_FRAGMENT,
+        "relaxed": RELAXED_FRAGMENT,
+        "cap_lock": cap_lock,
+        "slots_used": slots_used,
+        "states": states.render_states,
+        "outcomes": states.render_outcomes,
+    }
+    return {**base, **load_fragments(SQL_DIR / "fragments.sql")}
+
+
 def load(filename: str) -> Statements:
-    """Load ``workqueue/sql/<filename>`` with the shared fragments (``{item}``, ``{claimed}``,
-    ``{relaxed}``, ``{cap_lock:...}``, ``{slots_used:...}``)."""
-    return Statements(
-        Path(__file__).with_name("sql") / filename,
-        {
-            "item": ITEM_FRAGMENT,
-            "claimed": CLAIMED_FRAGMENT,
-            "relaxed": RELAXED_FRAGMENT,
-            "cap_lock": cap_lock,
-            "slots_used": slots_used,
-        },
-    )
+    """Load ``workqueue/sql/<filename>`` with the shared fragments."""
+    return Statements(SQL_DIR / filename, shared_fragments())
 
 
 QUERIES = load("queries.sql")
@@ -185,10 +259,11 @@ def _cursor(using: str):
         # unprepared while ours ask for it.
         if raw.prepare_threshold is None:
             raw.prepare_threshold = 1 << 30
-        cur = _PreparedCursor(raw)
+        cur: psycopg.Cursor = _PreparedCursor(raw)
     else:
         cur = psycopg.Cursor(raw)
-    return conn.make_debug_cursor(cur) if conn.queries_logged else conn.make_cursor(cur)
+    # The stubs say these take Django's CursorWrapper; Django passes them the driver's cursor.
+    return conn.make_debug_cursor(cur) if conn.queries_logged else conn.make_cursor(cur)  # type: ignore[arg-type]
 
 
 def run(name: str, params: dict | None = None, *, using: str = DEFAULT_DB_ALIAS, queries=QUERIES) -> list[tuple]:

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
+from typing import Any
 
-_UNSET = object()
-_otel = _UNSET  # None when OpenTelemetry is not installed; a namespace of what we use when it is
+_UNSET: Any = object()
+_otel: Any = _UNSET  # None when OpenTelemetry is not installed; a namespace of what we use when it is
 
 SYSTEM = "workqueue"
 

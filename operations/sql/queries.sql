@@ -12,14 +12,19 @@
 -- operation's (the queue settles items first and tells operations in the same transaction), so
 -- a runner's write and a queue rule, an operator or a cancel never deadlock. The item's write
 -- comes first and the operation's depends on it: no operation write lands without its item.
+-- The work item is never written here: every item write or lock is a fragment of
+-- workqueue/sql/fragments.sql (listed at its top), called as {name:args}, e.g.
+-- {item_insert:ROWS}, {item_extend_held:ID, TOKEN, LEASE_S}, {item_lock_held:ID, TOKEN, SET},
+-- {item_settle:SOURCE, ID, OUTCOME, ERROR}, {lapsed_error:ATTEMPTS, MAX}; {states:NAME} renders
+-- a state set of workqueue/states.py.
 
 
 -- name: op_start
 -- Record a pending operation and its work item in one statement (the caller's transaction,
 -- or its own). ON CONFLICT DO NOTHING keeps the caller's transaction alive on a duplicate
--- id: nothing is written and the caller reads the existing row. The work item is what
--- workqueue's item_enqueue would insert for it (keep the two in step): never a wire item
--- (operations queues are not over_wire, a check says so), and idle workers are woken at commit.
+-- id: nothing is written and the caller reads the existing row. The work item goes in through
+-- item_enqueue's own fragment (item_insert): never a wire item (operations queues are not
+-- over_wire, a check says so), and idle workers are woken at commit.
 WITH ins AS (
     INSERT INTO {table} AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
                               created_at, updated_at)
@@ -29,15 +34,14 @@ WITH ins AS (
     RETURNING {op}
 ),
 item AS (
-    INSERT INTO work_items AS w (
-        public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
-        metadata, trace_context, wire, reclaimed, handed_out, created_at
-    )
-    SELECT work_mint_id('work_'), ins.queue, ins.id, NULL, 'queued', ins.priority,
-           coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, ins.max_attempts,
-           '{}'::jsonb, %(trace_context)s::jsonb, false, false, false, now()
-    FROM ins
-    ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active') DO NOTHING
+    {item_insert:(
+        SELECT ins.queue, ins.id AS key, NULL::text AS environment_id, ins.priority,
+               coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)) AS run_after,
+               0 AS attempts, ins.max_attempts, jsonb_build_object() AS metadata, %(trace_context)s::jsonb AS trace_context,
+               false AS wire
+        FROM ins
+    )}
+    {item_skip_live}
     RETURNING pg_notify(%(queue_channel)s::text, w.queue)
 )
 SELECT ins.* FROM ins;
@@ -56,9 +60,7 @@ SELECT {op_light} FROM {table} o WHERE o.id = ANY(%(ids)s::text[]);
 -- concurrent requeue or force stop is seen), and the operation is taken only through it, to
 -- the same expiry. A requested cancellation is never begun: op_settle_unbegun ends it.
 WITH item AS (
-    UPDATE work_items AS w SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
-    RETURNING w.lease_expires_at
+    {item_extend_held:%(item_id)s, %(token)s, %(lease)s}
 ),
 began AS (
     UPDATE {table} AS o
@@ -81,11 +83,10 @@ SELECT began.*, {notify:began.id}, {relaxed} FROM began;
 -- cancellation (asked while no runner was alive to see it) ends it cancelled, with no attempt
 -- charged and no error; spent attempts fail it attempts_exhausted, carrying the last error
 -- (retryable true, as the runner records it: it would have been retried had attempts remained).
--- Its work item is settled to match. Only by the item's holder, whose row is locked first.
+-- Its work item is settled to match; a spent one with the lapsed-lease error every other
+-- lapsed-lease decision writes (lapsed_error), counted in the operation's attempts. Only by the item's holder, whose row is locked first.
 WITH held AS (
-    SELECT w.id FROM work_items AS w
-    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
-    FOR UPDATE
+    {item_lock_held:%(item_id)s, %(token)s, running}
 ),
 gone AS (
     UPDATE {table} AS o
@@ -101,17 +102,13 @@ gone AS (
     WHERE o.id = %(id)s
       AND (o.state = 'pending' OR (o.state = 'running' AND o.claimed_until < now()))
       AND (o.cancel_requested OR o.attempts >= o.max_attempts)
-    RETURNING o.id, o.state
+    RETURNING o.id, o.state, o.attempts, o.max_attempts
 ),
 item AS (
-    UPDATE work_items AS w
-    SET state = 'stopped', outcome = CASE gone.state WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END,
-        stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
-        last_error = CASE gone.state WHEN 'cancelled' THEN 'operation cancelled before this attempt began'
-                                     ELSE 'operation attempts exhausted' END
-    FROM gone
-    WHERE w.id = %(item_id)s
-    RETURNING w.id
+    {item_settle:gone, %(item_id)s,
+                 CASE gone.state WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END,
+                 CASE gone.state WHEN 'cancelled' THEN 'operation cancelled before this attempt began'
+                                 ELSE {lapsed_error:gone.attempts, gone.max_attempts} END}
 )
 SELECT gone.id, gone.state, {notify:gone.id} FROM gone;
 
@@ -119,11 +116,7 @@ SELECT gone.id, gone.state, {notify:gone.id} FROM gone;
 -- name: op_item_noop
 -- begin was refused (another worker has the operation, or it is finished): settle the work
 -- item as a no-op and give back the attempt its claim charged.
-UPDATE work_items
-SET state = 'stopped', outcome = 'stopped', stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
-    attempts = greatest(attempts - 1, 0)
-WHERE id = %(item_id)s AND lease_token = %(token)s AND state IN ('starting', 'active')
-RETURNING id;
+{item_stop_refunded:%(item_id)s, %(token)s};
 
 
 -- name: op_flush
@@ -134,9 +127,7 @@ RETURNING id;
 -- work item is still this worker's: a runner silent past its lease, whose item another worker
 -- has claimed since, writes nothing and hears that it lost the operation.
 WITH item AS (
-    UPDATE work_items AS w SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
-    RETURNING w.lease_expires_at
+    {item_extend_held:%(item_id)s, %(token)s, %(lease)s}
 ),
 f AS (
     UPDATE {table} AS o
@@ -156,9 +147,7 @@ SELECT f.revision, f.cancel_requested, {notify:f.id}, {relaxed} FROM f;
 -- cancelled, the error's message kept), since the runner was asked to stop. Only while this
 -- worker holds the work item, whose row is locked first.
 WITH held AS (
-    SELECT w.id FROM work_items AS w
-    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active', 'stopping')
-    FOR UPDATE
+    {item_lock_held:%(item_id)s, %(token)s, held}
 ),
 f AS (
     UPDATE {table} AS o
@@ -180,14 +169,9 @@ f AS (
     RETURNING o.id, o.state
 ),
 item AS (
-    UPDATE work_items AS w
-    SET state = 'stopped', outcome = CASE f.state WHEN 'succeeded' THEN 'succeeded' WHEN 'cancelled' THEN 'cancelled'
-                                                  ELSE 'failed' END,
-        stopped_at = now(), lease_token = NULL,
-        lease_expires_at = NULL, last_error = %(error_message)s::text
-    FROM f
-    WHERE w.id = %(item_id)s
-    RETURNING w.id
+    {item_settle:f, %(item_id)s,
+                 CASE f.state WHEN 'succeeded' THEN 'succeeded' WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END,
+                 %(error_message)s::text}
 )
 SELECT f.id, f.state, {notify:f.id} FROM f;
 
@@ -198,9 +182,7 @@ SELECT f.id, f.state, {notify:f.id} FROM f;
 -- caller then finishes it as cancelled). Only while this worker holds the work item, whose
 -- row is locked first.
 WITH held AS (
-    SELECT w.id FROM work_items AS w
-    WHERE w.id = %(item_id)s AND w.lease_token = %(token)s AND w.state IN ('starting', 'active')
-    FOR UPDATE
+    {item_lock_held:%(item_id)s, %(token)s, running}
 ),
 r AS (
     UPDATE {table} AS o
@@ -215,12 +197,7 @@ r AS (
     RETURNING o.id
 ),
 item AS (
-    UPDATE work_items AS w
-    SET state = 'queued', run_after = now() + make_interval(secs => %(delay)s), lease_token = NULL,
-        lease_expires_at = NULL, last_error = %(error_message)s::text, reclaimed = false
-    FROM r
-    WHERE w.id = %(item_id)s
-    RETURNING w.id
+    {item_retry_after:r, %(item_id)s, %(delay)s, %(error_message)s::text}
 )
 SELECT r.id, {notify:r.id} FROM r;
 
@@ -233,11 +210,7 @@ SELECT r.id, {notify:r.id} FROM r;
 -- The operation's unsettled work items are locked first (the lock order), since a pending
 -- operation's cancel goes on to cancel its item (cancel_key) in the same transaction.
 WITH held AS (
-    SELECT count(*) AS n FROM (
-        SELECT 1 FROM work_items AS w
-        WHERE w.key = %(id)s AND w.state IN ('queued', 'starting', 'active', 'stopping')
-        FOR UPDATE
-    ) AS locked
+    SELECT count(*) AS n FROM ({item_lock_key:%(id)s}) AS locked
 ),
 c AS (
     UPDATE {table} AS o
@@ -317,9 +290,7 @@ SELECT o.id, o.queue, o.attempts, o.max_attempts, o.priority
 FROM {table} AS o
 WHERE ((o.state = 'pending' AND o.updated_at < coalesce(%(now)s, now()) - make_interval(secs => %(after)s))
     OR (o.state = 'running' AND o.claimed_until < coalesce(%(now)s, now()) - make_interval(secs => %(after)s)))
-  AND NOT EXISTS (
-      SELECT 1 FROM work_items w
-      WHERE w.queue = o.queue AND w.key = o.id AND w.state IN ('queued', 'starting', 'active'))
+  AND NOT {item_live_for:o.queue, o.id}
 ORDER BY o.updated_at
 LIMIT %(limit)s
 FOR UPDATE OF o SKIP LOCKED;

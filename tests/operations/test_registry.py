@@ -27,7 +27,8 @@ def test_the_public_api_is_importable_from_the_package_root():
     names = [
         "start",
         "get",
-        "list",
+        "list_operations",
+        "watch",
         "cancel",
         "register",
         "kinds",
@@ -53,6 +54,9 @@ def test_the_public_api_is_importable_from_the_package_root():
     for name in names:
         assert name in operations.__all__, name
         assert getattr(operations, name) is not None
+    import builtins
+
+    assert not set(operations.__all__) & set(dir(builtins))  # `from operations import *` shadows nothing
     from operations import runner, service
 
     assert operations.start is service.start

@@ -172,7 +172,7 @@ def test_a_union_refuses_a_value_that_fits_no_option_and_names_the_union():
     # the union is named by str(), so classes appear module-qualified
     assert len(problems) == 1
     assert problems[0].startswith("'choice' must be ")
-    assert problems[0].endswith(".Inner | test_request_mapping_more.Other | None, not dict")
+    assert problems[0].endswith(f"{__name__}.Inner | {__name__}.Other | None, not dict")
 
 
 def test_a_union_not_strict_keeps_a_value_that_fits_no_option():

@@ -93,6 +93,33 @@ def test_unretryable_fails_at_once_with_its_code():
     assert done.attempt_log[0]["exception"] == "operations.runner.Fail"
 
 
+def test_unretryable_is_an_exception_class_and_the_attempt_records_the_exception_it_wraps():
+    assert issubclass(operations.Unretryable, Exception)
+    wrapped = operations.Fail("gone", "it is gone")
+    marked = operations.Unretryable(wrapped)
+    assert isinstance(marked, operations.Unretryable) and marked.exception is wrapped
+    assert operations.is_unretryable(marked) and not operations.is_unretryable(wrapped)
+    assert operations.is_unretryable(operations.Fail("gone", retryable=False))
+    op = operations.start("test.ops.unretryable", {"subject": "s-2"})
+    run_next()
+    entry = op_row(op.id).attempt_log[0]
+    assert entry["exception"] == "operations.runner.Fail"  # what the run raised, not the marker
+    assert "in unretryable" in entry["traceback"] and "subject s-2 does not exist" in entry["traceback"]
+
+
+def test_unretryable_wrapping_any_exception_fails_at_once_under_internal():
+    op = operations.start("test.ops.unretryable_error", {"subject": "s-3"})
+    run_next()
+    done = op_row(op.id)
+    assert (done.state, done.attempts) == ("failed", 1)
+    assert (done.error.code, done.error.message, done.error.retryable) == (
+        "internal",
+        "ValueError: subject s-3 is malformed",
+        False,
+    )
+    assert done.attempt_log[0]["exception"] == "builtins.ValueError"
+
+
 def test_an_unclassified_exception_is_retried_under_internal_then_exhausted():
     op = operations.start("test.ops.crash", {})
     run_next()

@@ -196,17 +196,17 @@ def test_list_pages_newest_first_by_keyset_and_scopes_by_owner_kind_and_state():
     operations.cancel(mine[0])
     seen, token, pages = [], None, 0
     while True:
-        page, token = operations.list(owner="7", kind="test.ops.count", page_size=3, page_token=token)
+        page, token = operations.list_operations(owner="7", kind="test.ops.count", page_size=3, page_token=token)
         seen += [op.id for op in page]
         pages += 1
         if token is None:
             break
     assert pages == 3 and seen == list(reversed(mine))
-    cancelled, token = operations.list(owner="7", states=["cancelled"])
+    cancelled, token = operations.list_operations(owner="7", states=["cancelled"])
     assert [op.id for op in cancelled] == [mine[0]] and token is None
-    pending, _ = operations.list(owner="7", states="pending")
+    pending, _ = operations.list_operations(owner="7", states="pending")
     assert len(pending) == 7
-    everyone, _ = operations.list()
+    everyone, _ = operations.list_operations()
     assert len(everyone) == 9
 
 
@@ -216,7 +216,7 @@ def test_list_pages_stay_correct_when_rows_share_a_created_at():
     assert Operation.objects.values("created_at").distinct().count() == 1
     seen, token = [], None
     for _ in range(5):
-        page, token = operations.list(owner="7", page_size=2, page_token=token)
+        page, token = operations.list_operations(owner="7", page_size=2, page_token=token)
         seen += [op.id for op in page]
         if token is None:
             break
@@ -235,13 +235,13 @@ def test_list_pages_stay_correct_when_rows_share_a_created_at():
 )
 def test_list_refuses_bad_arguments(args, match):
     with pytest.raises(InvalidRequest, match=match):
-        operations.list(**args)
+        operations.list_operations(**args)
 
 
 def test_list_never_loads_the_request():
     operations.start("test.ops.count", {"secret": "s3cr3t"}, owner="7")
     with_request = Operation.objects.first()
-    page, _ = operations.list(owner="7")
+    page, _ = operations.list_operations(owner="7")
     assert "request" in with_request.__dict__
     assert "request" not in page[0].__dict__
 

@@ -40,3 +40,14 @@ def test_every_statement_renders_its_fragments(name):
     text = store.QUERIES[name]
     assert "{" not in text.replace("'{", "").replace("{}", ""), text  # no unfilled {fragment}
     assert "operations" in text or name == "op_item_noop"
+
+
+def test_the_store_has_one_function_per_statement_and_only_it_runs_them():
+    for name in store.QUERIES.names():
+        function = getattr(store, name.removeprefix("op_"), None)
+        assert callable(function), f"operations/store.py has no function for {name}"
+        assert name in (function.__doc__ or ""), f"store.{function.__name__} does not say it runs {name}"
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "store.py":
+            text = path.read_text()
+            assert "store.run(" not in text and "queries=" not in text, f"{path.name} runs a statement by name"

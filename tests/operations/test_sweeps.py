@@ -7,6 +7,7 @@ import datetime as dt
 import json
 
 import pytest
+from django.db import transaction
 from django.db.models import F
 from django.test import override_settings
 from django.utils import timezone
@@ -48,6 +49,20 @@ def test_recover_re_offers_a_stranded_pending_operation_once():
     assert (item.queue, item.state, item.attempts, item.max_attempts) == ("operations", "queued", 0, 5)
     assert service.recover(now=LATER) == {"reoffered": 0}  # it has a live item now
     assert live_items(op.id).count() == 1
+
+
+def test_a_dry_run_recover_or_reap_counts_what_it_would_do_and_changes_nothing():
+    op = stranded()
+    old = finished("succeeded", 31)
+    assert service.recover(dry_run=True) == {"reoffered": 1}
+    assert live_items(op.id).count() == 0
+    assert service.reap(dry_run=True) == {"deleted": 1}
+    assert Operation.objects.filter(pk=old.id).exists()
+    with transaction.atomic():  # inside a caller's transaction, only the dry run is undone
+        Operation.objects.filter(pk=op.id).update(priority=7)
+        assert service.recover(dry_run=True) == {"reoffered": 1}
+    assert op_row(op.id).priority == 7 and live_items(op.id).count() == 0
+    assert service.recover() == {"reoffered": 1} and service.reap() == {"deleted": 1}
 
 
 def test_recover_waits_out_the_grace_before_calling_an_operation_stranded():

@@ -159,6 +159,26 @@ def test_poll_only_without_notify_follows_a_run_to_its_end(make_watcher):
     assert snapshots[-1].units_done == 3 and snapshots[-1].count == 30
 
 
+def test_operations_watch_follows_a_run_from_this_process_to_its_end():
+    from operations import watcher as watcher_module
+
+    op = operations.start("test.ops.tiers", {"units": 2, "per_unit": 10, "pause": 0.2})
+    try:
+        with operations.watch(op.id) as sub:
+            assert sub.op_id == op.id and sub._watcher is watcher_module.shared()
+            worker = in_thread(run_next)
+            snapshots = collect(sub, timeout=30)
+            worker.join(10)
+        assert snapshots[0].state == "pending" and snapshots[-1].state == "succeeded"
+        assert [s.revision for s in snapshots] == sorted({s.revision for s in snapshots})
+        with pytest.raises(OperationNotFound):
+            operations.watch(op.id, owner="somebody else")
+        with pytest.raises(OperationNotFound):
+            operations.watch("op_missing")
+    finally:
+        watcher_module.shared().close()
+
+
 def test_notify_wakes_the_watcher_long_before_its_poll(make_watcher):
     from operations.conf import ops_settings
 

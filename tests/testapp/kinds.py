@@ -12,6 +12,7 @@
   included), each longer than a progress interval.
 - test.ops.partial: finishes 2 of 3 units (10 rows each), then fails (retried; max_attempts 2).
 - test.ops.unretryable: ``Unretryable(Fail("no_such_subject"))``.
+- test.ops.unretryable_error: ``Unretryable(ValueError(...))`` (any exception, not only a Fail).
 - test.ops.crash: raises RuntimeError (recorded under ``internal``; max_attempts 2).
 - test.ops.bigresult: returns a result detail over 16 KiB.
 - test.ops.chatty: says 2000 characters, then fails for good with a 3000-character message.
@@ -140,6 +141,11 @@ def unretryable(request, reporter):
     raise operations.Unretryable(
         operations.Fail("no_such_subject", "subject %s does not exist", request.get("subject", "?"))
     )
+
+
+@kind("test.ops.unretryable_error", max_attempts=3)
+def unretryable_error(request, reporter):
+    raise operations.Unretryable(ValueError(f"subject {request.get('subject', '?')} is malformed"))
 
 
 @kind("test.ops.crash", max_attempts=2)

@@ -85,7 +85,9 @@ def assert_recovered(before_ids: dict) -> None:
     assert lapsed.public_id != before_ids["wire-lapsed"], "a re-offered wire item gets a fresh public id"
     spent = row("wire-spent")
     assert (spent.state, spent.outcome, spent.public_id) == ("stopped", "failed", before_ids["wire-spent"])
-    assert "lease lapsed on attempt 3 of 3" in spent.last_error
+    assert spent.last_error == (
+        "lease lapsed on attempt 3 of 3 (the holder died or stalled); attempts are spent, so it is not retried"
+    )
     assert row("wire-live").state == "active"
 
 

@@ -3,7 +3,10 @@
 -- right under the name say what it does and why its predicate has that shape.
 -- {item} expands to the column list every Item is built from (workqueue/sql.py).
 -- Leases are decided by the database clock only: every expiry is now() + interval.
--- Live states are queued, starting and active; held states are starting, active, stopping.
+-- State sets are never typed here: {states:live} renders workqueue/states.py's LIVE_STATES
+-- (live, held, running, unsettled, ...). The work-item fragments ({item_insert:ROWS},
+-- {lapsed_settle:W}, {item_lock_held:ID, TOKEN, SET}, ...) are in fragments.sql, whose top
+-- lists them all; operations/sql/queries.sql composes the same ones.
 
 
 -- name: item_enqueue
@@ -12,20 +15,17 @@
 -- INSERT ... SELECT ... WHERE: an unknown environment inserts nothing rather than raising,
 -- so the caller's transaction survives the error. wire marks items that only Poll serves.
 -- pg_notify is transactional: delivered at commit, dropped on rollback.
-INSERT INTO work_items AS w (
-    public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
-    metadata, trace_context, wire, reclaimed, handed_out, created_at
-)
-SELECT work_mint_id('work_'), %(queue)s, %(key)s, e.id, 'queued', %(priority)s,
-       coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)), %(attempts)s,
-       %(max_attempts)s, %(metadata)s, %(trace_context)s,
-       coalesce(e.kind = 'self_hosted' AND %(over_wire)s, false), false, false, now()
-FROM (SELECT 1) AS one
-LEFT JOIN work_environments e ON e.id = %(environment_id)s
-WHERE %(environment_id)s::text IS NULL OR e.id IS NOT NULL
-ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active')
-DO UPDATE SET priority = greatest(w.priority, excluded.priority),
-              run_after = least(w.run_after, excluded.run_after)
+{item_insert:(
+    SELECT %(queue)s::text AS queue, %(key)s::text AS key, e.id AS environment_id, %(priority)s::int AS priority,
+           coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)) AS run_after,
+           %(attempts)s::int AS attempts, %(max_attempts)s::int AS max_attempts, %(metadata)s::jsonb AS metadata,
+           %(trace_context)s::jsonb AS trace_context,
+           coalesce(e.kind = 'self_hosted' AND %(over_wire)s::bool, false) AS wire
+    FROM (SELECT 1) AS one
+    LEFT JOIN work_environments e ON e.id = %(environment_id)s
+    WHERE %(environment_id)s::text IS NULL OR e.id IS NOT NULL
+)}
+{item_merge_live}
 RETURNING {item}, (xmax = 0) AS created, pg_notify(%(channel)s, w.queue);
 
 
@@ -35,25 +35,22 @@ RETURNING {item}, (xmax = 0) AS created, pg_notify(%(channel)s, w.queue);
 -- inside one batch are collapsed first (ON CONFLICT cannot touch a row twice); rows are
 -- inserted in the batch's order, so ids (the claim's tie-breaker) keep FIFO. The caller
 -- checks environments beforehand, so the join here only reads their kinds.
-INSERT INTO work_items AS w (
-    public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
-    metadata, trace_context, wire, reclaimed, handed_out, created_at
-)
-SELECT work_mint_id('work_'), b.queue, b.key, b.environment_id, 'queued', b.priority,
-       now() + make_interval(secs => b.delay), 0, b.max_attempts, b.metadata, %(trace_context)s::jsonb,
-       coalesce(e.kind = 'self_hosted' AND b.over_wire, false), false, false, now()
-FROM (
-    SELECT DISTINCT ON (u.queue, u.key) u.*
-    FROM unnest(%(queues)s::text[], %(keys)s::text[], %(environment_ids)s::text[], %(priorities)s::int[],
-                %(delays)s::float8[], %(max_attempts)s::int[], %(metadatas)s::jsonb[], %(over_wires)s::bool[])
-         WITH ORDINALITY AS u(queue, key, environment_id, priority, delay, max_attempts, metadata, over_wire, ord)
-    ORDER BY u.queue, u.key, u.priority DESC, u.ord
-) AS b
-LEFT JOIN work_environments e ON e.id = b.environment_id
-ORDER BY b.ord
-ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active')
-DO UPDATE SET priority = greatest(w.priority, excluded.priority),
-              run_after = least(w.run_after, excluded.run_after)
+-- (ROWS keeps its ORDER BY: a sorted subquery is not flattened, so rows go in in that order.)
+{item_insert:(
+    SELECT b.queue, b.key, b.environment_id, b.priority, now() + make_interval(secs => b.delay) AS run_after,
+           0 AS attempts, b.max_attempts, b.metadata, %(trace_context)s::jsonb AS trace_context,
+           coalesce(e.kind = 'self_hosted' AND b.over_wire, false) AS wire
+    FROM (
+        SELECT DISTINCT ON (u.queue, u.key) u.*
+        FROM unnest(%(queues)s::text[], %(keys)s::text[], %(environment_ids)s::text[], %(priorities)s::int[],
+                    %(delays)s::float8[], %(max_attempts)s::int[], %(metadatas)s::jsonb[], %(over_wires)s::bool[])
+             WITH ORDINALITY AS u(queue, key, environment_id, priority, delay, max_attempts, metadata, over_wire, ord)
+        ORDER BY u.queue, u.key, u.priority DESC, u.ord
+    ) AS b
+    LEFT JOIN work_environments e ON e.id = b.environment_id
+    ORDER BY b.ord
+)}
+{item_merge_live}
 RETURNING w.id, w.public_id, w.queue, w.key, (xmax = 0) AS created;
 
 
@@ -101,9 +98,9 @@ ready AS (
 ),
 lapsed AS (
     SELECT c.*, q.name AS queue_name, q.n AS quota, q.lease_s FROM q CROSS JOIN LATERAL (
-        SELECT w.id, true AS lapsed, w.priority, w.run_after, w.attempts >= w.max_attempts AS spent
+        SELECT w.id, true AS lapsed, w.priority, w.run_after, {lapsed_spent:w} AS spent
         FROM work_items w
-        WHERE w.state IN ('starting', 'active') AND NOT w.wire AND w.queue = q.name
+        WHERE w.state IN {states:running} AND NOT w.wire AND w.queue = q.name
           AND w.lease_expires_at < now()
         ORDER BY w.lease_expires_at
         LIMIT q.n
@@ -130,10 +127,7 @@ claimed AS (
 ),
 settled AS (
     UPDATE work_items w
-    SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL,
-        lease_expires_at = NULL, reclaimed = true,
-        last_error = format('lease lapsed on attempt %%s of %%s (the holder died or stalled); not retried',
-                            w.attempts, w.max_attempts)
+    SET {lapsed_settle:w}
     FROM candidates c
     WHERE w.id = c.id AND c.lapsed AND c.spent
     RETURNING {claimed}, w.run_after AS claim_run_after
@@ -148,10 +142,7 @@ ORDER BY handed.priority DESC, handed.claim_run_after, handed.id;
 
 -- name: item_extend
 -- Move a held item's expiry out; the proof stays. Zero rows means the lease is lost.
-UPDATE work_items
-SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active')
-RETURNING lease_expires_at;
+{item_extend_held:%(id)s, %(token)s, %(lease)s};
 
 
 -- name: item_extend_many
@@ -166,7 +157,7 @@ WITH t AS (
 ),
 mine AS (
     SELECT w.id, t.lease_s FROM work_items w JOIN t ON t.id = w.id
-    WHERE w.lease_token = t.token AND w.state IN ('starting', 'active')
+    WHERE w.lease_token = t.token AND w.state IN {states:running}
     FOR UPDATE OF w SKIP LOCKED
 ),
 renewed AS (
@@ -178,7 +169,7 @@ renewed AS (
 SELECT t.id, t.token, r.lease_expires_at,
        r.id IS NOT NULL OR EXISTS (
            SELECT 1 FROM work_items w
-           WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active')
+           WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN {states:running}
        ) AS held,
        {relaxed}
 FROM t LEFT JOIN renewed r ON r.id = t.id AND r.lease_token = t.token;
@@ -192,7 +183,7 @@ UPDATE work_items w
 SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
-WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active', 'stopping')
+WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN {states:held}
 RETURNING w.id, t.token;
 
 
@@ -201,7 +192,7 @@ RETURNING w.id, t.token;
 UPDATE work_items
 SET state = 'queued', run_after = now() + make_interval(secs => %(delay)s), lease_token = NULL,
     lease_expires_at = NULL, last_error = %(error)s, reclaimed = false
-WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active')
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states:running}
 RETURNING id;
 
 
@@ -210,7 +201,7 @@ RETURNING id;
 UPDATE work_items
 SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL, last_error = %(error)s
-WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active', 'stopping')
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states:held}
 RETURNING id;
 
 
@@ -220,7 +211,7 @@ RETURNING id;
 UPDATE work_items
 SET state = 'queued', run_after = now(), lease_token = NULL, lease_expires_at = NULL,
     attempts = 0, reclaimed = false
-WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active')
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states:running}
 RETURNING id;
 
 
@@ -232,7 +223,7 @@ UPDATE work_items w
 SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL,
     lease_expires_at = NULL, reclaimed = false, claimed_by = ''
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
-WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN ('starting', 'active')
+WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN {states:running}
 RETURNING w.id, t.token;
 
 
@@ -244,15 +235,13 @@ RETURNING w.id, t.token;
 UPDATE work_items
 SET state = 'queued', attempts = greatest(attempts - 1, 0), lease_token = NULL,
     lease_expires_at = NULL, reclaimed = false, claimed_by = '', last_error = %(error)s
-WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active')
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states:running}
 RETURNING id;
 
 
 -- name: item_assert_held
 -- Lock the row in the caller's transaction if the proof still matches.
-SELECT id FROM work_items
-WHERE id = %(id)s AND lease_token = %(token)s AND state IN ('starting', 'active', 'stopping')
-FOR UPDATE;
+{item_lock_held:%(id)s, %(token)s, held};
 
 
 -- name: item_cancel_key
@@ -262,7 +251,7 @@ FOR UPDATE;
 UPDATE work_items AS w
 SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
     stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
-WHERE key = %(key)s AND state IN ('queued', 'starting', 'active', 'stopping')
+WHERE key = %(key)s AND state IN {states:unsettled}
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
 RETURNING {item};
 
@@ -284,7 +273,7 @@ UPDATE work_items AS w
 SET state = 'queued', run_after = now(), lease_token = NULL, lease_expires_at = NULL,
     reclaimed = false, acknowledged_at = NULL, started_at = NULL, last_heartbeat_at = NULL,
     public_id = CASE WHEN handed_out THEN work_mint_id('work_') ELSE public_id END
-WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('queued', 'starting', 'active')
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN {states:live}
 RETURNING {item};
 
 
@@ -308,18 +297,12 @@ RETURNING {item};
 -- Recover: wire items acked (starting) or heartbeating (active) whose lease lapsed go back
 -- to queued under a fresh public id; one that has spent its attempts is failed instead.
 UPDATE work_items w
-SET state = CASE WHEN w.attempts >= w.max_attempts THEN 'stopped' ELSE 'queued' END,
-    outcome = CASE WHEN w.attempts >= w.max_attempts THEN 'failed' END,
-    stopped_at = CASE WHEN w.attempts >= w.max_attempts THEN now() END,
-    last_error = CASE WHEN w.attempts >= w.max_attempts
-                      THEN format('lease lapsed on attempt %%s of %%s; not retried', w.attempts, w.max_attempts)
-                      ELSE w.last_error END,
-    public_id = CASE WHEN w.attempts >= w.max_attempts THEN w.public_id ELSE work_mint_id('work_') END,
-    lease_token = NULL, lease_expires_at = NULL, acknowledged_at = NULL, started_at = NULL,
-    last_heartbeat_at = NULL, reclaimed = true
+SET {lapsed_settle:w},
+    public_id = CASE WHEN {lapsed_spent:w} THEN w.public_id ELSE work_mint_id('work_') END,
+    acknowledged_at = NULL, started_at = NULL, last_heartbeat_at = NULL
 FROM (
     SELECT id FROM work_items
-    WHERE state IN ('starting', 'active') AND wire AND lease_expires_at < coalesce(%(now)s, now())
+    WHERE state IN {states:running} AND wire AND lease_expires_at < coalesce(%(now)s, now())
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) AS s
@@ -336,7 +319,7 @@ WITH t AS (
 victims AS (
     SELECT v.id, t.timeout_s FROM t CROSS JOIN LATERAL (
         SELECT h.id FROM work_items h
-        WHERE h.queue = t.queue AND h.state IN ('starting', 'active', 'stopping')
+        WHERE h.queue = t.queue AND h.state IN {states:held}
           AND h.started_at < coalesce(%(now)s, now()) - make_interval(secs => t.timeout_s)
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED

@@ -6,7 +6,9 @@
 --     w.environment_id = %(environment_id)s AND w.wire
 -- `wire` is set at enqueue for exactly the items of an over_wire queue in a self_hosted
 -- environment, so this one predicate is "the path's environment, self_hosted, over_wire".
--- Leases are decided by the database clock (now()) only.
+-- Leases are decided by the database clock (now()) only. State sets come from
+-- workqueue/states.py ({states:running}); the work-item fragments ({lapsed_settle:W}, ...)
+-- are in fragments.sql, whose top lists them all.
 
 
 -- name: wire_auth_environment_key
@@ -63,15 +65,11 @@ WITH finalized AS (
 ),
 exhausted AS (
     UPDATE work_items w
-    SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL,
-        lease_expires_at = NULL, reclaimed = true,
-        last_error = format('wire lease lapsed while %%s on attempt %%s of %%s (the worker died or stopped '
-                            'heartbeating); attempts are spent, so it is not handed out again',
-                            w.state, w.attempts, w.max_attempts)
+    SET {lapsed_settle:w}
     FROM (
         SELECT s.id FROM work_items s
-        WHERE s.environment_id = %(environment_id)s AND s.wire AND s.state IN ('starting', 'active')
-          AND s.lease_expires_at < now() AND s.attempts >= s.max_attempts
+        WHERE s.environment_id = %(environment_id)s AND s.wire AND s.state IN {states:running}
+          AND s.lease_expires_at < now() AND {lapsed_spent:s}
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED
     ) AS x
@@ -91,8 +89,8 @@ ready AS (
 lapsed AS (
     SELECT l.id, true AS lapsed, l.priority, l.run_after
     FROM work_items l
-    WHERE l.environment_id = %(environment_id)s AND l.wire AND l.state IN ('starting', 'active')
-      AND l.lease_expires_at < now() AND l.attempts < l.max_attempts AND l.run_after <= now()
+    WHERE l.environment_id = %(environment_id)s AND l.wire AND l.state IN {states:running}
+      AND l.lease_expires_at < now() AND NOT {lapsed_spent:l} AND l.run_after <= now()
       AND l.queue <> ALL (%(full_queues)s::text[])
     ORDER BY l.priority DESC, l.run_after, l.id
     LIMIT 1
@@ -209,17 +207,17 @@ RETURNING {item};
 -- lapses); queued or starting -> stopped outright, as nothing is in flight to wind down.
 -- A row past the requested transition matches nothing (409 after the caller's read).
 UPDATE work_items w
-SET state = CASE WHEN %(force)s OR w.state IN ('queued', 'starting') THEN 'stopped' ELSE 'stopping' END,
-    outcome = CASE WHEN %(force)s OR w.state IN ('queued', 'starting') THEN coalesce(w.outcome, 'stopped')
+SET state = CASE WHEN %(force)s OR w.state IN {states:stop_outright} THEN 'stopped' ELSE 'stopping' END,
+    outcome = CASE WHEN %(force)s OR w.state IN {states:stop_outright} THEN coalesce(w.outcome, 'stopped')
                    ELSE w.outcome END,
     stop_requested_at = coalesce(w.stop_requested_at, now()),
-    stopped_at = CASE WHEN %(force)s OR w.state IN ('queued', 'starting') THEN now() END,
-    lease_token = CASE WHEN %(force)s OR w.state IN ('queued', 'starting') THEN NULL ELSE w.lease_token END,
-    lease_expires_at = CASE WHEN %(force)s OR w.state IN ('queued', 'starting') THEN NULL
+    stopped_at = CASE WHEN %(force)s OR w.state IN {states:stop_outright} THEN now() END,
+    lease_token = CASE WHEN %(force)s OR w.state IN {states:stop_outright} THEN NULL ELSE w.lease_token END,
+    lease_expires_at = CASE WHEN %(force)s OR w.state IN {states:stop_outright} THEN NULL
                             ELSE w.lease_expires_at END
 WHERE w.public_id = %(work_id)s AND w.environment_id = %(environment_id)s AND w.wire
   AND CASE WHEN %(force)s THEN w.state <> 'stopped'
-           ELSE w.state IN ('queued', 'starting', 'active') END
+           ELSE w.state IN {states:live} END
 RETURNING {item};
 
 

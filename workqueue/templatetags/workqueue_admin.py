@@ -19,6 +19,11 @@ register = template.Library()
 DASH = "—"
 
 
+def badge(label: str, tone: str, title: str = "") -> str:
+    """A coloured label (the admin's state, outcome and schedule badges)."""
+    return format_html('<span class="wq-badge wq-tone-{}" title="{}">{}</span>', tone, title, label)
+
+
 def duration(seconds: float | None) -> str:
     """Say a length of time briefly: '42 s', '3 min', '2 h 5 min', '4 d 3 h'."""
     if seconds is None:

@@ -54,7 +54,7 @@ def authenticate(request, environment_id: str, accepts: tuple[str, ...], *, usin
         )
     token = next((t for t in presented if keys.kind_of(t) in accepts), None)
     if token is None:
-        kinds = {keys.kind_of(t) for t in presented} - {None}
+        kinds = {kind for t in presented if (kind := keys.kind_of(t)) is not None}
         if kinds:
             raise Unauthenticated(f"this endpoint takes the {_describe(accepts)}, not the {_describe(tuple(kinds))}")
         raise Unauthenticated(f"the key is not a workqueue key; this endpoint takes the {_describe(accepts)}")

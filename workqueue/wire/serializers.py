@@ -11,7 +11,7 @@ import json
 import re
 
 from workqueue.exceptions import InvalidInput
-from workqueue.managers import validate_metadata
+from workqueue.items import validate_metadata
 
 _INTEGER = re.compile(r"-?[0-9]{1,18}", re.ASCII)
 _WORK_ID = re.compile(r"work_[A-Za-z0-9_-]{1,59}", re.ASCII)

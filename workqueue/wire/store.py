@@ -28,7 +28,9 @@ from workqueue.exceptions import (
     WorkConflict,
     WorkNotFound,
 )
-from workqueue.items import Item
+from workqueue.items import METADATA_MAX_KEYS, Item
+from workqueue.managers import WorkItemManager
+from workqueue.states import RUNNING_STATES, State
 
 WIRE = sql.load("wire.sql")
 
@@ -75,6 +77,7 @@ def _items(rows) -> list[Item]:
 
 def encode_cursor(item: Item) -> str:
     """An opaque keyset cursor for the page after ``item``: (created_at, internal id)."""
+    assert item.created_at is not None, "a stored item always has created_at"
     raw = f"{item.created_at.astimezone(dt.UTC).isoformat()}|{item.id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -97,7 +100,7 @@ def decode_cursor(cursor: str) -> tuple[dt.datetime, int]:
 
 
 class WireLane:
-    """Mixed into WorkItemManager: the verbs the HTTP pull API calls."""
+    """The wire lane: the verbs the HTTP pull API calls, mixed into ``WireItemManager``."""
 
     def _wire(self, name: str, params: dict) -> list[tuple]:
         return sql.run(name, params, using=self.db, queries=WIRE)  # type: ignore[attr-defined]
@@ -181,7 +184,7 @@ class WireLane:
                     result.finalized.append(item)
                 else:
                     result.exhausted.append(item)
-            hooks.settled(result.exhausted, "attempts_exhausted")
+            hooks.items_moved(result.exhausted, hooks.MoveReason.ATTEMPTS_EXHAUSTED)
         return result
 
     def record_poll(self, environment_id: str, worker_id: str) -> None:
@@ -252,7 +255,7 @@ class WireLane:
                 )
             raise WorkConflict(f"work item {work_id!r} cannot be acknowledged now: {why}")
         item = self._wire_item(environment_id, work_id)
-        if item.state in ("starting", "active"):
+        if item.state in RUNNING_STATES:
             return item
         raise WorkConflict(f"work item {work_id!r} is {item.state}; only a queued item can be acknowledged")
 
@@ -291,7 +294,7 @@ class WireLane:
                 return Heartbeat(item.last_heartbeat_at, True, item.state, math.ceil(ttl))
         item, seconds_left = self._wire_lease(environment_id, work_id)
         current = Heartbeat(item.last_heartbeat_at, False, item.state, seconds_left)
-        if item.state in ("stopping", "stopped"):
+        if item.state in (State.STOPPING, State.STOPPED):
             return current
         if claim:
             why = (
@@ -335,8 +338,6 @@ class WireLane:
         The caller validates the patch (``workqueue.wire.serializers.metadata_patch``); a
         merge that would leave more than 16 keys is refused and changes nothing.
         """
-        from workqueue.managers import METADATA_MAX_KEYS  # (managers imports this module)
-
         if not patch:
             return self._wire_item(environment_id, work_id)
         upserts = {k: v for k, v in patch.items() if v is not None}
@@ -402,6 +403,10 @@ class WireLane:
         """``stats`` for every self_hosted environment at once (metrics), keyed by id."""
         rows = self._wire("wire_stats", {"environment_id": None, "window_s": wq_settings().polling_window})
         return {r[0]: WorkStats(r[1], r[2], r[3], r[4]) for r in rows}
+
+
+class WireItemManager(WireLane, WorkItemManager):
+    """``WorkItem.objects``: the core verbs (workqueue.managers) and the wire lane's."""
 
 
 def parse_timestamp(text: object) -> dt.datetime | None:

@@ -185,10 +185,12 @@ def heartbeat(request, caller, work_id):
         )
     # A sane request is clamped to [HEARTBEAT_TTL_MIN, HEARTBEAT_TTL_MAX]; a number past
     # MAX_DESIRED_TTL is a bad number (400), never a float overflow (500).
-    bound = {"minimum": -MAX_DESIRED_TTL, "maximum": MAX_DESIRED_TTL}
-    ttl = serializers.integer(_query(request, "desired_ttl_seconds"), "desired_ttl_seconds", **bound)
+    low, high = -MAX_DESIRED_TTL, MAX_DESIRED_TTL
+    ttl = serializers.integer(_query(request, "desired_ttl_seconds"), "desired_ttl_seconds", minimum=low, maximum=high)
     if ttl is None:
-        ttl = serializers.integer(data.get("desired_ttl_seconds"), "desired_ttl_seconds", query=False, **bound)
+        ttl = serializers.integer(
+            data.get("desired_ttl_seconds"), "desired_ttl_seconds", query=False, minimum=low, maximum=high
+        )
     beat = WorkItem.objects.heartbeat(caller.environment_id, work_id, expected, ttl)
     return _json(serializers.heartbeat_object(beat))
 

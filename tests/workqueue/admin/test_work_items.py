@@ -10,8 +10,8 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.urls import reverse
 
-from tests.workqueue.admin.conftest import make_item
 from tests.conftest import statements_run
+from tests.workqueue.admin.conftest import make_item
 from workqueue import admin as wq_admin
 from workqueue.admin import OUTCOME_TONES, STATE_TONES, SituationFilter, state_badge
 from workqueue.models import Outcome, State, WorkItem

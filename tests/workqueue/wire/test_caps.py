@@ -17,8 +17,8 @@ from django.db import connection, connections
 from django.test import override_settings
 
 from tests.conftest import wait_until
-from tests.workqueue.wire.helpers import by_key, enqueue, row
 from tests.workqueue.conftest import run_threads
+from tests.workqueue.wire.helpers import by_key, enqueue, row
 from workqueue import conf
 from workqueue.models import WorkItem
 

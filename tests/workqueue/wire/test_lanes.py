@@ -46,7 +46,11 @@ def test_runworker_never_claims_wire_items(start_worker, env, cloud_env):
     enqueue(cloud_env, 2, prefix="cloud")
     enqueue(None, 1, prefix="plain")
     proc = start_worker(
-        "--queue", "test.wire", "--max-seconds", "3", env={"DJANGO_SETTINGS_MODULE": "tests.workqueue.wire.worker_settings"}
+        "--queue",
+        "test.wire",
+        "--max-seconds",
+        "3",
+        env={"DJANGO_SETTINGS_MODULE": "tests.workqueue.wire.worker_settings"},
     )
     assert proc.wait(60) == 0, proc.output()
     assert sorted(Completion.objects.values_list("key", flat=True)) == ["cloud_0", "cloud_1", "plain_0"]

@@ -26,9 +26,9 @@ def settled_calls():
     def record(items, reason):
         calls.append(([i.key for i in items], reason))
 
-    hooks.on_settled(record)
+    hooks.on_items_moved(record)
     yield calls
-    hooks._settled.remove(record)
+    hooks.off_items_moved(record)
 
 
 def poll_until(work, env_id, **kwargs):

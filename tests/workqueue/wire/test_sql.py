@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from tests.conftest import ROOT
 from workqueue.wire.store import WIRE
 
 WIRE_CODE = [Path("workqueue/wire/store.py"), Path("workqueue/wire/auth.py")]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def used_names() -> set[str]:

@@ -53,9 +53,9 @@ def console_logging(command, verbosity: int):
         logger = logging.getLogger(name)
         if logger.hasHandlers():
             continue  # the site routes it (its own handler, or the root logger's): no doubled lines
-        handler = CommandHandler(command, level)
-        attached.append((logger, handler, logger.level))
-        logger.addHandler(handler)
+        console = CommandHandler(command, level)
+        attached.append((logger, console, logger.level))
+        logger.addHandler(console)
         logger.setLevel(level)
     try:
         yield

@@ -1,0 +1,142 @@
+-- The work-item fragments: pieces of SQL that write (or lock) work_items, composed into the
+-- statements of workqueue/sql/*.sql and operations/sql/queries.sql, so every write to a work
+-- item is authored here or in a workqueue statement. Loaded by workqueue/sql.py.
+--
+-- A block starts with "-- fragment: <name>(<args>)" and runs to the next one. A statement
+-- calls it as {name:arg1, arg2} (arguments are SQL text, split on the commas outside
+-- parentheses and quotes); each $arg in the block is replaced by its argument, and the
+-- result is rendered again, so fragments may use the shared ones. A fragment without
+-- arguments is written {name}. Shared fragments defined in workqueue/sql.py:
+--   {item} / {claimed}      the column lists an Item is read from (alias w)
+--   {relaxed}               the relaxed-commit output column (RELAXED_FRAGMENT)
+--   {cap_lock:QUEUE}        the per-queue max_running advisory lock
+--   {slots_used:QUEUE, WIRE} what counts against max_running
+--   {states:NAME}           a named state set of workqueue/states.py: live, held, running,
+--                           unsettled, stop_outright, all -> ('queued', 'starting', ...)
+--   {outcomes:NAME}         a named outcome set: charted, all
+--
+-- Fragments here:
+--   {item_insert:ROWS}                      INSERT a queued item per row of ROWS
+--   {item_merge_live} / {item_skip_live}    its ON CONFLICT tail on the live (queue, key)
+--   {lapsed_spent:W}                        whether lapsed item W spent its attempts
+--   {lapsed_error:ATTEMPTS, MAX_ATTEMPTS}   the one last_error of a lapsed, spent item
+--   {lapsed_settle:W}                       the SET list deciding a lapsed lease
+--   {item_extend_held:ID, TOKEN, LEASE_S}   move a running item's lease (proof checked)
+--   {item_lock_held:ID, TOKEN, SET}         lock the item if the proof matches
+--   {item_lock_key:KEY}                     lock every unsettled item of a key
+--   {item_live_for:QUEUE, KEY}              whether a live item exists (a boolean)
+--   {item_settle:SOURCE, ID, OUTCOME, ERROR}        settle an item for a holder's write
+--   {item_retry_after:SOURCE, ID, DELAY_S, ERROR}   back to queued after the delay
+--   {item_stop_refunded:ID, TOKEN}          settle as a no-op, refunding the claim's attempt
+
+
+-- fragment: item_insert(rows)
+-- Insert one queued item per row of ROWS, a parenthesised SELECT with the columns queue,
+-- key, environment_id, priority, run_after, attempts, max_attempts, metadata,
+-- trace_context, wire (typed: cast parameters). Follow it with an ON CONFLICT tail below.
+INSERT INTO work_items AS w (
+    public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
+    metadata, trace_context, wire, reclaimed, handed_out, created_at
+)
+SELECT work_mint_id('work_'), r.queue, r.key, r.environment_id, 'queued', r.priority, r.run_after, r.attempts,
+       r.max_attempts, r.metadata, r.trace_context, r.wire, false, false, now()
+FROM $rows AS r
+
+
+-- fragment: item_merge_live()
+-- A repeat while a live item holds (queue, key) merges into it: priority only rises,
+-- run_after only moves earlier. The predicate is exactly work_items_live_key_uniq's.
+ON CONFLICT (queue, key) WHERE state IN {states:live}
+DO UPDATE SET priority = greatest(w.priority, excluded.priority),
+              run_after = least(w.run_after, excluded.run_after)
+
+
+-- fragment: item_skip_live()
+-- A live item already holds (queue, key): insert nothing.
+ON CONFLICT (queue, key) WHERE state IN {states:live} DO NOTHING
+
+
+-- fragment: lapsed_spent(w)
+-- Whether the item W (a work_items row alias), whose lease lapsed, has spent its attempts.
+($w.attempts >= $w.max_attempts)
+
+
+-- fragment: lapsed_error(attempts, max_attempts)
+-- The one last_error of an item whose lease lapsed after its attempts were spent.
+format('lease lapsed on attempt %%s of %%s (the holder died or stalled); attempts are spent, so it is not retried',
+       $attempts, $max_attempts)
+
+
+-- fragment: lapsed_settle(w)
+-- The decision for an item W whose holder's lease lapsed, as an UPDATE's SET list: with
+-- attempts left it goes back to queued (ready as it was: no backoff, the attempt was not a
+-- failure of the handler); spent, it is stopped failed with lapsed_error. Either way the
+-- lease and its proof are dropped and it is marked reclaimed. Claim, poll and recover use
+-- it (claim and poll only for spent items: they hand the others out again at once).
+state = CASE WHEN {lapsed_spent:$w} THEN 'stopped' ELSE 'queued' END,
+outcome = CASE WHEN {lapsed_spent:$w} THEN 'failed' END,
+stopped_at = CASE WHEN {lapsed_spent:$w} THEN now() END,
+last_error = CASE WHEN {lapsed_spent:$w} THEN {lapsed_error:$w.attempts, $w.max_attempts} ELSE $w.last_error END,
+lease_token = NULL, lease_expires_at = NULL, reclaimed = true
+
+
+-- fragment: item_extend_held(id, token, lease_s)
+-- Move a running item's expiry out by LEASE_S seconds if TOKEN is still its proof; returns
+-- the new expiry (no row: the lease is lost).
+UPDATE work_items AS w SET lease_expires_at = now() + make_interval(secs => $lease_s)
+WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states:running}
+RETURNING w.lease_expires_at
+
+
+-- fragment: item_lock_held(id, token, set)
+-- Lock the item for the rest of the transaction if TOKEN is still its proof and its state
+-- is in the named state set SET (running or held); returns its id.
+SELECT w.id FROM work_items AS w
+WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states:$set}
+FOR UPDATE
+
+
+-- fragment: item_lock_key(key)
+-- Lock every unsettled item of KEY (any queue); one row of 1 per item.
+SELECT 1 FROM work_items AS w
+WHERE w.key = $key AND w.state IN {states:unsettled}
+FOR UPDATE
+
+
+-- fragment: item_live_for(queue, key)
+-- Whether a live item holds (QUEUE, KEY): a boolean expression.
+EXISTS (SELECT 1 FROM work_items AS live WHERE live.queue = $queue AND live.key = $key
+        AND live.state IN {states:live})
+
+
+-- fragment: item_settle(source, id, outcome, error)
+-- Stop item ID with OUTCOME and last_error ERROR, dropping its lease, for each row of the
+-- relation SOURCE (a CTE: no row there, no write here). The caller has locked the row and
+-- checked the proof (item_lock_held) earlier in the statement. Returns its id.
+UPDATE work_items AS w
+SET state = 'stopped', outcome = $outcome, stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
+    last_error = $error
+FROM $source
+WHERE w.id = $id
+RETURNING w.id
+
+
+-- fragment: item_retry_after(source, id, delay_s, error)
+-- Item ID back to queued after DELAY_S seconds with last_error ERROR, lease dropped, if
+-- SOURCE has a row (as item_settle). Returns its id.
+UPDATE work_items AS w
+SET state = 'queued', run_after = now() + make_interval(secs => $delay_s), lease_token = NULL,
+    lease_expires_at = NULL, last_error = $error, reclaimed = false
+FROM $source
+WHERE w.id = $id
+RETURNING w.id
+
+
+-- fragment: item_stop_refunded(id, token)
+-- Settle a running item whose run turned out to be a no-op (outcome stopped), giving back
+-- the attempt its claim charged, if TOKEN is still its proof. Returns its id.
+UPDATE work_items AS w
+SET state = 'stopped', outcome = 'stopped', stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
+    attempts = greatest(w.attempts - 1, 0)
+WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states:running}
+RETURNING w.id

@@ -1,0 +1,94 @@
+"""The work-item state machine's vocabulary: states, outcomes and the named sets of states.
+
+This module imports nothing from the project, so anything may import it: the model (its
+``choices`` and constraints), the managers, the admin, and the SQL loader, which renders a
+named set into a statement as ``{states:live}`` → ``('queued', 'starting', 'active')``
+(``workqueue/sql.py``). A set of states is typed here once and nowhere else.
+
+A work item moves through these states (the SQL that moves it is in ``workqueue/sql/``)::
+
+    queued ──claim──────────────► active ──complete/fail(final)──► stopped
+      ▲  ▲                          │  ▲
+      │  └──fail (retry, backoff)───┘  └── lapsed lease: claim reclaims it (reclaimed=True)
+      │
+      ├──poll (wire; soft reservation, stays queued)
+      │     └─ack──► starting ──first heartbeat──► active ──graceful stop──► stopping ──► stopped
+      └──── lapsed starting/active wire lease: poll/recover re-offer it under a fresh public id
+
+    any live state ──cancel_key / force stop / hard timeout──► stopped
+
+A lapsed lease whose holder had spent the item's attempts is settled ``failed`` instead of
+handed out again, with one ``last_error`` text wherever that is decided (the
+``lapsed_settle`` fragment of ``workqueue/sql/fragments.sql``).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class State(models.TextChoices):
+    QUEUED = "queued"
+    STARTING = "starting"
+    ACTIVE = "active"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class Outcome(models.TextChoices):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STOPPED = "stopped"
+
+
+# Live: at most one per (queue, key) (the work_items_live_key_uniq index); enqueue merges into it.
+LIVE_STATES = (State.QUEUED, State.STARTING, State.ACTIVE)
+# Held: under a lease, with the proof (lease_token) minted when it was handed out.
+HELD_STATES = (State.STARTING, State.ACTIVE, State.STOPPING)
+# Running: held and not winding down; the holder may renew, retry, requeue or release it.
+RUNNING_STATES = (State.STARTING, State.ACTIVE)
+# Unsettled: not stopped yet (the work_items_unsettled_key_idx predicate).
+UNSETTLED_STATES = (State.QUEUED, State.STARTING, State.ACTIVE, State.STOPPING)
+# A graceful wire stop settles these outright: nothing is in flight to wind down.
+STOP_OUTRIGHT_STATES = (State.QUEUED, State.STARTING)
+ALL_STATES = tuple(State)
+
+# Outcomes the dashboard charts per five minutes.
+CHARTED_OUTCOMES = (Outcome.SUCCEEDED, Outcome.FAILED)
+ALL_OUTCOMES = tuple(Outcome)
+
+# The named sets, as the SQL loader knows them: {states:live}, {outcomes:charted}.
+STATE_SETS: dict[str, tuple[State, ...]] = {
+    "live": LIVE_STATES,
+    "held": HELD_STATES,
+    "running": RUNNING_STATES,
+    "unsettled": UNSETTLED_STATES,
+    "stop_outright": STOP_OUTRIGHT_STATES,
+    "all": ALL_STATES,
+}
+OUTCOME_SETS: dict[str, tuple[Outcome, ...]] = {
+    "charted": CHARTED_OUTCOMES,
+    "all": ALL_OUTCOMES,
+}
+
+
+def sql_list(values) -> str:
+    """A parenthesised SQL list of string literals: ``('queued', 'starting')``."""
+    return "(" + ", ".join(f"'{v.value}'" for v in values) + ")"
+
+
+def render_states(name: str) -> str:
+    """``{states:NAME}``: the named state set as an SQL list (KeyError names the known sets)."""
+    try:
+        return sql_list(STATE_SETS[name.strip()])
+    except KeyError:
+        raise KeyError(f"unknown state set {name!r}; known: {', '.join(STATE_SETS)}") from None
+
+
+def render_outcomes(name: str) -> str:
+    """``{outcomes:NAME}``: the named outcome set as an SQL list."""
+    try:
+        return sql_list(OUTCOME_SETS[name.strip()])
+    except KeyError:
+        raise KeyError(f"unknown outcome set {name!r}; known: {', '.join(OUTCOME_SETS)}") from None

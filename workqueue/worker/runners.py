@@ -1,0 +1,201 @@
+"""The runner pool: what runs handlers.
+
+A pool takes claimed items (their ``Hold``s) from the claim loop with ``submit`` and runs
+each through the same three steps, whatever it runs them on:
+
+1. ``Runs.begin(hold)``: not while draining (the item goes back), not if its lease went while
+   it waited; otherwise a ``Context``, the item marked running, the stall clock started.
+2. call the handler with ``(item, ctx)``, catching whatever it raises;
+3. ``Runs.end(hold, ctx, exc)``: the settler decides and records what that ending means.
+
+``ThreadRunnerPool`` runs ``concurrency`` threads, each with its own connection.
+``workqueue.aio.AsyncRunnerPool`` awaits ``async def`` handlers on an event loop and calls the
+same ``begin`` / ``end`` (off the loop whenever they may write). A sync handler that returns an
+awaitable (an ``async def`` operation kind or task) hands its run on to the loop
+(``Runs.to_loop``) and frees its thread. ``take_waiting`` hands back what was submitted but not
+begun (shutdown releases it); ``stop`` ends the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue as stdqueue
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from django.db import connections
+
+from workqueue import handlers as registry
+from workqueue import tracing
+from workqueue.handlers import Handler
+from workqueue.lease import Hold, LeaseKeeper
+from workqueue.worker.context import Context
+from workqueue.worker.ledger import Ledger
+from workqueue.worker.settler import Settler
+
+log = logging.getLogger("workqueue.worker")
+
+
+class RunnerPool(Protocol):
+    def start(self) -> None:
+        """Start running submitted items."""
+
+    def submit(self, holds: list[Hold]) -> None:
+        """Run these claimed items (in this order, as capacity allows); never blocks."""
+
+    def take_waiting(self) -> list[Hold]:
+        """Take back the submitted items no runner has begun."""
+
+    def stop(self, timeout: float) -> None:
+        """Let running handlers end (waiting up to ``timeout`` for each runner), then stop."""
+
+
+class Runs:
+    """The steps around a handler call that every runner pool shares."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        settler: Settler,
+        keeper: LeaseKeeper,
+        *,
+        draining: threading.Event,
+        worker_id: str,
+        using: str,
+    ):
+        self.ledger = ledger
+        self.settler = settler
+        self.keeper = keeper
+        self.draining = draining
+        self.worker_id = worker_id
+        self.using = using
+        #: Returns the worker's event-loop pool (started on first use); set by the Worker.
+        self.loop: Callable[[], Any] | None = None
+
+    def begin(self, hold: Hold) -> tuple[Handler, Context] | None:
+        """Get ``hold``'s item ready to run; None if it must not run (already accounted for)."""
+        item = hold.item
+        drop_if_broken(self.using)
+        handler = registry.get(item.queue)
+        if self.draining.is_set():
+            self.settler.give_back([hold])  # shutting down: do not start it
+            return None
+        if handler is None:  # unregistered since the claim (the worker checks its queues at start)
+            log.error("%r: no handler registered for queue %s; not running it", item, item.queue)
+            self.ledger.finished(hold, ok=False)
+            return None
+        ctx = self.ledger.start(hold, lambda: Context(item, hold, self.worker_id, self.using))
+        if ctx is None:
+            log.warning("%r: its lease went while it waited to start (%s); not running it", item, hold.reason)
+            self.ledger.finished(hold, ok=False)
+            return None
+        hold.progress()  # starts the stall clock: the budget counts from the start, not the claim
+        if handler.renews_lease:
+            # The handler keeps its own lease from here on (operations' progress flushes).
+            self.keeper.drop(hold)
+        return handler, ctx
+
+    def end(self, hold: Hold, ctx: Context, exc: BaseException | None) -> str:
+        """Record how the run ended; return the outcome its span records."""
+        if isinstance(exc, asyncio.CancelledError) and hold.is_cancelled():
+            # A coroutine cancelled because its hold was (lease lost, stall, stop, shutdown)
+            # stopped, like a sync handler that returns after it was cancelled.
+            exc = None
+        return self.settler.ending(hold, ctx, exc)
+
+    def to_loop(self, hold: Hold, ctx: Context, awaitable, traced) -> None:
+        """Await ``awaitable`` (what a sync handler returned) on the event loop as the rest of the run."""
+        assert self.loop is not None, "the Worker gives its Runs an event-loop pool"
+        self.ledger.to_loop(hold)
+        self.loop().resume(hold, ctx, awaitable, traced)
+
+    def crashed(self, hold: Hold) -> None:
+        """A runner's own error around ``hold``: never leave the item counted in flight."""
+        log.exception("%r: runner error; its lease will lapse and it will be retried", hold.item)
+        self.ledger.finished(hold, ok=False)
+
+
+class ThreadRunnerPool:
+    """``concurrency`` threads taking holds from one queue, in claim order."""
+
+    def __init__(self, runs: Runs, concurrency: int):
+        self.runs = runs
+        self.concurrency = concurrency
+        self._queue: stdqueue.SimpleQueue[Hold | None] = stdqueue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"workqueue-runner-{n}", daemon=True) for n in range(concurrency)
+        ]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def submit(self, holds: list[Hold]) -> None:
+        put = self._queue.put
+        for hold in holds:
+            put(hold)
+
+    def take_waiting(self) -> list[Hold]:
+        waiting: list[Hold] = []
+        while True:
+            try:
+                hold = self._queue.get_nowait()
+            except stdqueue.Empty:
+                return waiting
+            if hold is not None:
+                waiting.append(hold)
+
+    def stop(self, timeout: float) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(timeout)
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                hold = self._queue.get()
+                if hold is None:
+                    return
+                try:
+                    self._run_one(hold)
+                except BaseException:
+                    # Never lose a runner (a slot of capacity) or leave the item counted in flight.
+                    self.runs.crashed(hold)
+        finally:
+            connections.close_all()
+
+    def _run_one(self, hold: Hold) -> None:
+        started = self.runs.begin(hold)
+        if started is None:
+            return
+        handler, ctx = started
+        traced = tracing.start_run(hold.item, self.runs.worker_id)
+        exc: BaseException | None = None
+        try:
+            returned = handler.fn(hold.item, ctx)
+        except BaseException as raised:  # every ending is the settler's to judge (outcome_of)
+            exc = raised
+        else:
+            if inspect.isawaitable(returned):
+                # The handler's work goes on as a coroutine: the loop awaits it, this thread is free.
+                self.runs.to_loop(hold, ctx, returned, tracing.handoff(traced))
+                return
+        tracing.end_run(traced, self.runs.end(hold, ctx, exc), exc)
+
+
+def drop_if_broken(using: str) -> None:
+    """Close this thread's connection if an error left it unusable.
+
+    Deliberately not close_old_connections(): a worker keeps its connections (and their
+    prepared statements) for its whole life, whatever CONN_MAX_AGE says for requests.
+    """
+    conn = connections[using]
+    if conn.connection is not None and conn.errors_occurred:
+        if conn.is_usable():
+            conn.errors_occurred = False
+        else:
+            conn.close()
