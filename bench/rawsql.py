@@ -43,6 +43,7 @@ def insert_single(conninfo: str, n: int, queue: str) -> float:
                     "trace_context": None,
                     "over_wire": False,
                     "channel": "bench_raw",
+                    "group": None,
                 },
             ).fetchall()
         return n / (time.perf_counter() - started)
@@ -68,6 +69,7 @@ def insert_bulk(conninfo: str, n: int, queue: str, per_statement: int = 1000) ->
                     "metadatas": [Jsonb({})] * size,
                     "over_wires": [False] * size,
                     "trace_context": None,
+                    "groups": [None] * size,
                 },
             ).fetchall()
         return n / (time.perf_counter() - started)
@@ -164,6 +166,7 @@ def _ops_loop(conninfo: str, n: int, batch: int, lease: float, out) -> None:
                     "run_after": None,
                     "queue_channel": "bench_raw",
                     "trace_context": None,
+                    "group": None,
                     "relaxed": False,
                 },
             ).fetchall()

@@ -21,6 +21,7 @@ from django.core.management import call_command
 from django.db import connection, connections, transaction
 
 from bench import rawsql
+from bench.history import bench_history
 from workqueue.testing import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +47,8 @@ class Options:
     schedules: int = 1_000
     io_items: int = 2_000
     io_seconds: float = 0.05
+    history_stopped: int = 1_000_000  # the history section's settled rows (bench/history.py)
+    history_scheduled: int = 100_000  # ... and its rows scheduled a day ahead
     sections: tuple[str, ...] = (
         "enqueue",
         "drain",
@@ -57,6 +60,7 @@ class Options:
         "rss",
         "io",
         "tracing",
+        "history",
     )
     log: object = print
 
@@ -76,6 +80,8 @@ class Options:
             rss_items=2_000,
             schedules=50,
             io_items=100,
+            history_stopped=5_000,
+            history_scheduled=500,
             **kw,
         )
 
@@ -110,6 +116,8 @@ class Report:
             ceiling = f"{r.ceiling:,.0f}" if r.ceiling else ""
             ratio = f"{r.ratio:.2f}" if r.ratio is not None else ""
             value = f"{r.value:,.1f}" if r.value < 100 else f"{r.value:,.0f}"
+            if r.unit == "ratio":
+                value = f"{r.value:.2f}"
             lines.append(f"{r.name:<46} {value:>12}  {r.unit:<10} {ceiling:>12}  {ratio:>6}  {r.note}")
         if self.meta.get("quick"):
             lines.append("(--quick: too few items for these figures to mean anything; it only proves the command runs)")
@@ -305,40 +313,81 @@ def bench_enqueue(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
     report.add("enqueue_many, 1,000 items per statement", statistics.median(bulks), "items/s", raw_bulk)
 
 
-def bench_drain(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+#: Flow-control drain figures: demo.noop under a runtime override (workqueue.controls), items
+#: spread over FLOW_GROUPS groups. The per-group cap leaves room for every item two workers
+#: hold at once, and the rate is far above what they reach: both measure what the checks
+#: cost, not a limit binding.
+FLOW_GROUPS = 10
+FLOW_CASES = (
+    ("max_running_per_group=100, 10 groups", {"max_running_per_group": 100}),
+    ("rate=100000/s (not binding), 10 groups", {"rate": "100000/s"}),
+)
+
+
+def _drain_once(opts: Options, db: ThrowawayDatabase, count: int, *, groups: int = 0) -> float:
     from workqueue.models import WorkItem
 
+    _reset()
+    workers = Workers(
+        db.url,
+        count,
+        ["--queue", "demo.noop", "--batch", str(opts.batch), "--concurrency", str(opts.concurrency)],
+    )
+    try:
+        workers.wait_ready()
+        tag = uuid.uuid4().hex[:6]
+        started = time.perf_counter()
+        for base in range(0, opts.drain_items, 10_000):
+            n = min(10_000, opts.drain_items - base)
+            if groups:
+                WorkItem.objects.enqueue_many(
+                    [
+                        {"queue": "demo.noop", "key": f"d-{tag}-{base + i}", "group": f"g{(base + i) % groups}"}
+                        for i in range(n)
+                    ]
+                )
+            else:
+                WorkItem.objects.enqueue_many([("demo.noop", f"d-{tag}-{base + i}") for i in range(n)])
+        _wait_drained("demo.noop", timeout=max(60, opts.drain_items / 500))
+        return opts.drain_items / (time.perf_counter() - started)
+    finally:
+        workers.stop()
+
+
+def bench_drain(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    from workqueue import controls
+    from workqueue.models import WorkItem
+
+    raw_by_count = {}
     for count in opts.workers:
         rates, raw_rates = [], []
         for _ in range(opts.runs):
-            _reset()
-            workers = Workers(
-                db.url,
-                count,
-                ["--queue", "demo.noop", "--batch", str(opts.batch), "--concurrency", str(opts.concurrency)],
-            )
-            try:
-                workers.wait_ready()
-                tag = uuid.uuid4().hex[:6]
-                started = time.perf_counter()
-                for base in range(0, opts.drain_items, 10_000):
-                    WorkItem.objects.enqueue_many(
-                        [("demo.noop", f"d-{tag}-{base + i}") for i in range(min(10_000, opts.drain_items - base))]
-                    )
-                _wait_drained("demo.noop", timeout=max(60, opts.drain_items / 500))
-                rates.append(opts.drain_items / (time.perf_counter() - started))
-            finally:
-                workers.stop()
+            rates.append(_drain_once(opts, db, count))
             _reset()
             WorkItem.objects.enqueue_many([("raw.drain", f"r-{i}") for i in range(opts.drain_items)])
             _n, raw_rate = rawsql.drain(db.conninfo, "raw.drain", connections=count, batch=opts.batch)
             raw_rates.append(raw_rate)
+        raw_by_count[count] = statistics.median(raw_rates)
         report.add(
             f"drain, {count} runworker process{'es' if count > 1 else ''} (no-op)",
             statistics.median(rates),
             "items/s",
-            statistics.median(raw_rates),
+            raw_by_count[count],
             f"batch {opts.batch}, concurrency {opts.concurrency}",
+        )
+    count = max(opts.workers)
+    for label, limits in FLOW_CASES:
+        controls.write("demo.noop", limits=limits, by="benchqueue")
+        try:
+            rates = [_drain_once(opts, db, count, groups=FLOW_GROUPS) for _ in range(opts.runs)]
+        finally:
+            controls.write("demo.noop", clear=list(limits), by="benchqueue")
+        report.add(
+            f"drain, {count} runworker processes, {label}",
+            statistics.median(rates),
+            "items/s",
+            raw_by_count[count],
+            "a runtime override; ratio to the plain raw-SQL drain",
         )
 
 
@@ -762,6 +811,7 @@ SECTIONS = {
     "rss": bench_rss,
     "io": bench_io,
     "tracing": bench_tracing,
+    "history": bench_history,
 }
 
 

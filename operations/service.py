@@ -23,7 +23,8 @@ from operations.exceptions import DuplicateOperation, InvalidRequest, OperationN
 from operations.models import TERMINAL_STATES, Operation, State
 from operations.registry import registry
 from workqueue.conf import QUEUE_NAME, wq_settings
-from workqueue.managers import _aware, _current_trace, _seconds
+from workqueue.exceptions import InvalidInput
+from workqueue.managers import _aware, _current_trace, _seconds, check_group
 from workqueue.models import WorkItem
 
 MAX_ID_LENGTH = 200
@@ -56,6 +57,7 @@ def start(
     queue: str | None = None,
     max_attempts: int | None = None,
     raise_on_duplicate: bool = False,
+    group: str | None = None,
     using: str = DEFAULT_DB_ALIAS,
 ) -> Operation:
     """Record a pending operation of ``kind`` and enqueue it; return it (``.created`` tells).
@@ -66,6 +68,9 @@ def start(
     With ``id=``, a second start with the same id returns the existing operation (or raises
     ``DuplicateOperation`` when ``raise_on_duplicate``); one owned by somebody else, or of
     another kind, always raises ``DuplicateOperation``.
+
+    ``group`` (e.g. a tenant id) is stored on the work item, for the queue's
+    ``max_running_per_group`` and ``rate_per_group`` (see the README's "Flow control").
     """
     definition = registry.get(kind)
     payload = definition.encode(request)
@@ -89,6 +94,10 @@ def start(
     ):
         raise InvalidRequest(f"max_attempts must be an integer >= 1, not {max_attempts!r} (never unlimited)")
     max_attempts = max_attempts or definition.max_attempts or conf.max_attempts
+    try:
+        group = check_group(group)
+    except InvalidInput as exc:
+        raise InvalidRequest(str(exc)) from None
     op = store.start(
         id=op_id,
         kind=kind,
@@ -102,6 +111,7 @@ def start(
         run_after=_aware(run_after),
         queue_channel=wq_settings().notify_channel,
         trace_context=_current_trace(),
+        group=group,
         using=using,
     )
     if op is not None:

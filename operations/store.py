@@ -120,6 +120,7 @@ def start(
     run_after: dt.datetime | None,
     queue_channel: str,
     trace_context: Any = None,
+    group: str | None = None,
     using: str = DEFAULT_DB_ALIAS,
 ) -> Operation | None:
     """``op_start``: the new operation, or None when the id is taken (nothing written).
@@ -141,6 +142,7 @@ def start(
             "run_after": run_after,
             "queue_channel": queue_channel,
             "trace_context": trace_context,
+            "group": group,
         },
         using=using,
     )

@@ -77,6 +77,9 @@ OPTION_DEFAULTS = {
     "MAX_RETRY_DELAY": 3600.0,  # upper bound on one retry's delay
     "QUEUE_PREFIX": DEFAULT_TASK_QUEUE_PREFIX,  # Django queue "emails" runs on workqueue queue "tasks.emails"
     "OWNER": "",  # owner recorded on the operations (scopes the HTTP surface)
+    # the keyword argument whose value is the work item's group, for per-group flow control
+    # (e.g. "tenant_id": send_report.enqueue(tenant_id=42) runs in group "42"); "" = none
+    "GROUP_KWARG": "",
 }
 
 RETRY_KEYS = ("retry_delay", "retry_backoff", "max_retry_delay")  # stored on each task's request
@@ -259,6 +262,8 @@ class OperationsBackend(BaseTaskBackend):
         }
         if task.backend != self.alias:  # enqueued through another backend than the task names
             request["task_backend"] = task.backend
+        group_kwarg = self.settings["GROUP_KWARG"]
+        group = kwargs.get(group_kwarg) if group_kwarg else None
         try:
             op = operations.start(
                 kind_for(task.module_path),
@@ -269,6 +274,7 @@ class OperationsBackend(BaseTaskBackend):
                 queue=self.queue_for(task.queue_name),
                 max_attempts=policy["max_attempts"],
                 id=id,
+                group=None if group is None else str(group),
             )
         except operations.InvalidRequest as exc:
             raise InvalidTask(str(exc)) from None

@@ -54,6 +54,12 @@ WORKQUEUE = {
         "test.async.holdonce": {"lease": 2, "max_attempts": 3},
         "test.async.block": {"lease": 2, "stall": 1.0, "max_attempts": 3},
         "test.async.orm": {"lease": 5},
+        # flow control (tests/workqueue/test_flow_control.py)
+        "test.flow": {"lease": 5},
+        "test.grouped": {"lease": 5, "max_running_per_group": 2},
+        "test.grouped.lapse": {"lease": 2, "max_running_per_group": 2, "max_attempts": 5},
+        "test.rated": {"lease": 5, "rate": "20/s"},
+        "test.wire.flow": {"over_wire": True, "max_attempts": 3},
     },
     "POLL_INTERVAL": 1.0,
     "WORKER_HEARTBEAT": 1.0,

@@ -19,19 +19,30 @@ from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
-from django.http import HttpResponseRedirect
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from workqueue import dashboard, handlers
-from workqueue.conf import wq_settings
+from workqueue import controls, dashboard, handlers
+from workqueue.conf import format_rate, wq_settings
 from workqueue.environments import create_api_key, create_environment, rotate_environment_key
-from workqueue.models import ApiKey, Environment, MaintenanceRun, Outcome, QueueDashboard, State, Worker, WorkItem
+from workqueue.exceptions import InvalidInput
+from workqueue.models import (
+    ApiKey,
+    Environment,
+    MaintenanceRun,
+    Outcome,
+    QueueControl,
+    QueueDashboard,
+    State,
+    Worker,
+    WorkItem,
+)
 from workqueue.templatetags.workqueue_admin import DASH, badge, duration, lease_text, seconds_between
 
 #: Badge tone of each state; a stopped item takes the tone of its outcome.
@@ -50,6 +61,9 @@ OUTCOME_TONES: dict[str, str] = {
 }
 #: An action refuses selections larger than this (narrow the filter instead).
 MAX_ACTION_ITEMS = 10_000
+#: The bulk actions "retry now" and "run now" change at most this many items per run (the
+#: oldest first), so one over a million-row filter never times out; run it again for more.
+BULK_ACTION_CAP = 5_000
 
 
 def state_badge(state: str, outcome: str | None = None) -> str:
@@ -209,7 +223,7 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
     sortable_by = ("age_display",)
     search_fields = ("public_id", "key")
     search_help_text = "An exact work id (work_…) or key."
-    actions = ("requeue_now", "force_stop")
+    actions = ("requeue_now", "force_stop", "retry_now", "run_now")
     empty_value_display = DASH
     fieldsets = (
         (None, {"fields": ("public_id", ("queue", "key"), ("state_display", "environment"), "last_error_display")}),
@@ -217,7 +231,7 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
             "Scheduling",
             {
                 "fields": (
-                    ("priority", "attempts_display", "reclaimed"),
+                    ("priority", "attempts_display", "reclaimed", "group_key"),
                     ("run_after", "due_display"),
                     ("wire", "handed_out"),
                 )
@@ -248,8 +262,10 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
     )
 
     def get_queryset(self, request):
-        # One database "now" per statement: every relative time on the page uses it.
-        return super().get_queryset(request).annotate(db_now=Now())
+        # One database "now" per statement: every relative time on the page uses it. A
+        # queued item of a paused queue shows as paused (one primary-key probe per row).
+        paused = QueueControl.objects.filter(queue=OuterRef("queue"), paused=True)
+        return super().get_queryset(request).annotate(db_now=Now(), queue_paused=Exists(paused))
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = {**(extra_context or {}), "has_operate_permission": self.has_operate_permission(request)}
@@ -268,9 +284,53 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "dashboard/",
                 self.admin_site.admin_view(self.dashboard_view),
                 name=f"{self.opts.app_label}_dashboard",
-            )
+            ),
+            path(
+                "dashboard/controls/",
+                self.admin_site.admin_view(self.controls_view),
+                name=f"{self.opts.app_label}_dashboard_controls",
+            ),
         ]
         return urls + super().get_urls()
+
+    def controls_view(self, request):
+        """The dashboard's flow-control form: pause, resume or change a queue's overrides
+        (an empty field clears its override, back to the setting). Each change is logged."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        back = reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard")
+        queue = request.POST.get("queue", "")
+        action = request.POST.get("action", "")
+        try:
+            if action == "pause":
+                control, message = controls.pause(queue, by=request.user.get_username()), "Paused the queue."
+            elif action == "resume":
+                control, message = controls.resume(queue, by=request.user.get_username()), "Resumed the queue."
+            elif action == "save":
+                current = controls.all_controls().get(queue)
+                limits, clear = {}, []
+                for f in controls.FIELDS:
+                    value = request.POST.get(f, "").strip()
+                    if value:
+                        limits[f] = value
+                    elif current is not None and getattr(current, f) is not None:
+                        clear.append(f)
+                control = controls.write(queue, limits=limits, clear=clear, by=request.user.get_username())
+                shown = controls.effective(wq_settings().queue(queue), control)
+                message = "Limits: " + (
+                    ", ".join(f"{f}={shown.shown(f) or 'none'} ({shown.source(f)})" for f in controls.FIELDS) + "."
+                )
+            else:
+                raise InvalidInput(f"unknown action {action!r}")
+        except InvalidInput as exc:
+            self.message_user(request, f"{queue or 'Queue'}: {exc}. Nothing was changed.", messages.ERROR)
+            return HttpResponseRedirect(back)
+        row = QueueControl.objects.get(pk=control.queue)
+        self.log_change(request, row, message)
+        self.message_user(request, f"{control.queue}: {message}", messages.SUCCESS)
+        return HttpResponseRedirect(back)
 
     def dashboard_view(self, request):
         """The queue dashboard: per queue and per self-hosted environment, as of the database clock."""
@@ -288,6 +348,9 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
             "opts": self.opts,
             "app_label": self.opts.app_label,
             "snapshot": dashboard.snapshot(),
+            "can_control": self.has_operate_permission(request),
+            "controls_url": reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard_controls"),
+            "control_fields": controls.FIELDS,
             "refresh": min(max(refresh, 5), 300) if refresh else 0,
             "changelist_url": reverse(f"{self.admin_site.name}:workqueue_workitem_changelist"),
             "workers_url": reverse(f"{self.admin_site.name}:workqueue_worker_changelist"),
@@ -301,6 +364,12 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="state")
     def state_display(self, obj):
+        if obj.state == State.QUEUED and getattr(obj, "queue_paused", False):
+            return format_html(
+                "{} {}",
+                state_badge(obj.state, obj.outcome),
+                badge("paused", "warn", "Its queue is paused: it waits, uncharged, until the queue is resumed"),
+            )
         return state_badge(obj.state, obj.outcome)
 
     @admin.display(description="key")
@@ -391,6 +460,28 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
         if ids is not None:
             changed = WorkItem.objects.force_stop(ids)
             self._report(request, "Force-stopped", len(changed), len(ids), "were already stopped")
+
+    def _bulk(self, request, queryset, verb: str, noun: str, change) -> None:
+        """Apply ``change`` to the first BULK_ACTION_CAP matching items (oldest first) and say
+        how many changed, and whether the cap left some for another run."""
+        ids = list(queryset.order_by("id").values_list("pk", flat=True)[: BULK_ACTION_CAP + 1])
+        capped = len(ids) > BULK_ACTION_CAP
+        changed = len(change(ids[:BULK_ACTION_CAP])) if ids else 0
+        text = f"{verb} {changed:,} {noun} item{'s' if changed != 1 else ''}."
+        if capped:
+            text += (
+                f" More than {BULK_ACTION_CAP:,} matched: one run changes at most {BULK_ACTION_CAP:,} (the oldest); "
+                "run the action again for the rest."
+            )
+        self.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
+
+    @admin.action(description="Retry now (failed items: a new run, attempts reset)", permissions=["operate"])
+    def retry_now(self, request, queryset):
+        self._bulk(request, queryset.failed(), "Retried", "failed", WorkItem.objects.retry_now)
+
+    @admin.action(description="Run now (scheduled items: due at once)", permissions=["operate"])
+    def run_now(self, request, queryset):
+        self._bulk(request, queryset.scheduled(), "Made due", "scheduled", WorkItem.objects.run_now)
 
 
 @admin.register(QueueDashboard)
@@ -674,3 +765,34 @@ class MaintenanceRunAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
 
 
 from workqueue import admin_schedules  # noqa: E402, F401  (the Schedules admin; it uses the helpers above)
+
+
+@admin.register(QueueControl)
+class QueueControlAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """Operators' runtime overrides, read-only here: change them on the queue dashboard or with
+    ``manage.py queues``; each change is in the row's history."""
+
+    list_display = (
+        "queue",
+        "paused",
+        "max_running",
+        "max_running_per_group",
+        "rate_display",
+        "rate_per_group_display",
+        "updated_at",
+        "updated_by",
+    )
+    empty_value_display = DASH
+
+    def has_view_permission(self, request, obj=None):
+        # Whoever may view work items may see the controls and their history.
+        return request.user.has_perm("workqueue.view_workitem") or super().has_view_permission(request, obj)
+
+    @admin.display(description="rate")
+    def rate_display(self, obj):
+        return format_rate((obj.rate_count, obj.rate_period) if obj.rate_count else None) or DASH
+
+    @admin.display(description="rate per group")
+    def rate_per_group_display(self, obj):
+        rate = (obj.rate_per_group_count, obj.rate_per_group_period) if obj.rate_per_group_count else None
+        return format_rate(rate) or DASH

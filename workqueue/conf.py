@@ -54,6 +54,13 @@ class QueueSettings:
     priority: int = 0
     #: Fleet-wide cap on items of this queue held at once (None = no cap).
     max_running: int | None = None
+    #: Fleet-wide cap on items of one group (``enqueue(group=...)``) held at once (None = no cap).
+    max_running_per_group: int | None = None
+    #: Fleet-wide cap on items of this queue started per period, as (count, seconds); written
+    #: ``"50/s"``, ``"600/m"`` or ``"10000/h"`` in settings (None = no rate limit).
+    rate: tuple[int, float] | None = None
+    #: The same per group (None = no per-group rate limit).
+    rate_per_group: tuple[int, float] | None = None
     #: Seconds an attempt may run before the reaper fails it (None = never by wall clock).
     hard_timeout: float | None = None
     #: Items of this queue in self_hosted environments are served over HTTP Poll only.
@@ -106,6 +113,10 @@ DEFAULTS: dict[str, object] = {
     "SCHEDULE_BATCH": 100,  # due schedules one firing transaction takes
     "SCHEDULE_CATCHUP": 100,  # missed slots the `all` policy fires at most, per schedule and pass
     "SCHEDULE_GRACE": 10.0,  # a slot fired later than this counts as missed (`skip` drops it)
+    # seconds a worker whose claim was held back by max_running / max_running_per_group waits
+    # before it looks again (a rate limit says exactly when its next start is free)
+    "FLOW_RECHECK": 0.5,
+    "CONTROLS_CACHE": 1.0,  # seconds a process trusts its read of the runtime queue controls
 }
 
 _DURATIONS = {
@@ -122,6 +133,8 @@ _DURATIONS = {
     "STUCK_AFTER",
     "MAINTENANCE_WARN_AFTER",
     "SCHEDULE_GRACE",
+    "FLOW_RECHECK",
+    "CONTROLS_CACHE",
 }
 _COUNTS = {
     "BATCH",
@@ -217,6 +230,38 @@ def factor(
     return float(value)
 
 
+RATE_PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*([smh])\s*$")
+
+
+def parse_rate(value: object, *, what: str, error: type[Exception] = WorkqueueSettingsError) -> tuple[int, float]:
+    """Turn ``"50/s"``, ``"600/m"`` or ``"10000/h"`` (or a (count, seconds) pair) into (count, seconds)."""
+    if isinstance(value, tuple | list) and len(value) == 2:
+        n, period = value
+        if (
+            not isinstance(n, bool)
+            and isinstance(n, int)
+            and n >= 1
+            and isinstance(period, int | float)
+            and not isinstance(period, bool)
+            and period in RATE_PERIODS.values()
+        ):
+            return n, float(period)
+    elif isinstance(value, str):
+        m = _RATE.match(value)
+        if m and int(m.group(1)) >= 1 and int(m.group(1)) < 2**31:
+            return int(m.group(1)), RATE_PERIODS[m.group(2)]
+    raise error(f"{what} must be a count per period like '50/s', '600/m' or '10000/h' (count >= 1), not {value!r}.")
+
+
+def format_rate(rate: tuple[int, float] | None) -> str:
+    """Write a (count, seconds) rate back as ``"50/s"``; '' for None."""
+    if rate is None:
+        return ""
+    unit = {v: k for k, v in RATE_PERIODS.items()}.get(float(rate[1]))
+    return f"{rate[0]}/{unit}" if unit else f"{rate[0]}/{rate[1]:g}s"
+
+
 def known_keys(raw: dict, known, *, what: str, error: type[Exception] = WorkqueueSettingsError) -> None:
     """Refuse keys a settings dict does not know, naming them and the ones it does."""
     unknown = sorted(set(raw) - set(known))
@@ -239,8 +284,10 @@ def _queue(name: str, raw: object, base: QueueSettings, where: str) -> QueueSett
             values[key] = seconds(value, what=what, allow_none=True)
         elif key == "max_attempts":
             values[key] = count(value, what=what)
-        elif key == "max_running":
+        elif key in ("max_running", "max_running_per_group"):
             values[key] = count(value, what=what, allow_none=True)
+        elif key in ("rate", "rate_per_group"):
+            values[key] = None if value is None else parse_rate(value, what=what)
         elif key == "priority":
             values[key] = count(value, what=what, minimum=-(2**31))
         elif key == "retry_backoff":
@@ -269,6 +316,8 @@ class WorkqueueSettings:
     stuck_after: float
     maintenance_warn_after: float
     schedule_grace: float
+    flow_recheck: float
+    controls_cache: float
     batch: int
     concurrency: int
     async_concurrency: int
@@ -365,6 +414,10 @@ class WorkqueueSettings:
     def wire_queues(self) -> list[str]:
         """Names of the known queues served over the wire (``over_wire``)."""
         return [q.name for q in self.known_queues() if q.over_wire]
+
+    def flow_limited(self, q: QueueSettings) -> bool:
+        """Whether the settings give ``q`` a per-group cap or a rate (claims then take the flow path)."""
+        return q.max_running_per_group is not None or q.rate is not None or q.rate_per_group is not None
 
     def capped_wire_queues(self) -> list[QueueSettings]:
         """The known ``over_wire`` queues with a ``max_running`` cap, by name."""

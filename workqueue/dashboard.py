@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from django.db import DEFAULT_DB_ALIAS
 
-from workqueue import handlers, sql
+from workqueue import controls, handlers, sql
 from workqueue.conf import wq_settings
 
 STATEMENTS = sql.load("dashboard.sql")
@@ -52,6 +52,11 @@ class QueueStats:
     has_handler: bool = False
     #: Active schedules that enqueue into this queue.
     schedules: int = 0
+    #: An operator paused it (``manage.py queues pause``, the dashboard): nothing is claimed.
+    paused: bool = False
+    #: Its flow limits as the claim applies them, and whether each is the setting or an
+    #: override (workqueue.controls.Effective; None on the totals row).
+    flow: object = None
 
     @property
     def cap_full(self) -> bool:
@@ -128,7 +133,11 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
     for name in handlers.queues():
         row(name)["has_handler"] = True
 
-    stats = _run("queue_stats", {"now": now, "stuck_after": float(conf.stuck_after)}, using)
+    control_rows = controls.all_controls(using=using)
+    for name in control_rows:
+        row(name)
+    held_back = controls.held_back_queues(using=using)
+    stats = _run("queue_stats", {"now": now, "stuck_after": float(conf.stuck_after), "held_back": held_back}, using)
     for queue, ready, scheduled, pending, running, stopping, stuck, live_held, oldest_wait in stats:
         row(queue).update(
             ready=ready,
@@ -167,9 +176,12 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
         if queue is not None:
             row(queue)["schedules"] = count
 
-    queues = [
-        QueueStats(**{**values, "max_running": conf.queue(name).max_running}) for name, values in sorted(rows.items())
-    ]
+    queues = []
+    for name, values in sorted(rows.items()):
+        flow = controls.effective(conf.queue(name), control_rows.get(name))
+        queues.append(
+            QueueStats(**{**values, "max_running": flow.values["max_running"], "paused": flow.paused, "flow": flow})
+        )
     totals = QueueStats(
         name="",
         **{

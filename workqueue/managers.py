@@ -22,7 +22,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
 
-from workqueue import hooks, sql, tracing
+from workqueue import controls, hooks, sql, tracing
 from workqueue.conf import QUEUE_NAME, wq_settings
 from workqueue.exceptions import InvalidInput, LeaseLost, UnknownEnvironment
 from workqueue.items import (  # noqa: F401  (the metadata limits live with the item; re-exported)
@@ -87,9 +87,16 @@ class WorkItemQuerySet(models.QuerySet):
         return self.held().filter(lease_expires_at__lt=Now())
 
     def stuck(self, stuck_after: float | None = None):
-        """Lapsed holders, and queued items far past their run_after (nobody is claiming them)."""
+        """Lapsed holders, and queued items far past their run_after (nobody is claiming them).
+
+        A queue that is paused, or under a per-group cap or a rate (its own settings or an
+        operator's override), is waiting by design: its queued items are not counted as stuck.
+        """
         after = dt.timedelta(seconds=stuck_after if stuck_after is not None else wq_settings().stuck_after)
         late = Q(state=State.QUEUED, run_after__lt=Now() - after)
+        held_back = controls.held_back_queues(using=self.db)
+        if held_back:
+            late &= ~Q(queue__in=held_back)
         return self.filter(Q(state__in=HELD_STATES, lease_expires_at__lt=Now()) | late)
 
     def wire_visible(self, environment_id: str):
@@ -107,6 +114,21 @@ class ClaimResult:
 
     items: list[Item] = field(default_factory=list)
     settled: list[Item] = field(default_factory=list)
+    #: The claim took the flow path (item_claim_flow): a short claim may mean a limit held
+    #: items back rather than an empty queue.
+    flow: bool = False
+
+
+MAX_GROUP_LENGTH = 200
+
+
+def check_group(group: object) -> str | None:
+    """Check an item's group (None, or a non-empty string of at most 200 characters)."""
+    if group is None:
+        return None
+    if not isinstance(group, str) or not group or len(group) > MAX_GROUP_LENGTH or "\x00" in group:
+        raise InvalidInput(f"group must be a non-empty string of at most {MAX_GROUP_LENGTH} characters, not {group!r}")
+    return group
 
 
 def _check_queue(queue: object) -> str:
@@ -176,13 +198,16 @@ class WorkItemManager(models.Manager):
         trace_context: dict | None = None,
         max_attempts: int | None = None,
         attempts: int = 0,
+        group: str | None = None,
     ) -> tuple[Item, bool]:
         """Queue work for (queue, key) unless a live item exists; return (item, created).
 
         ``run_after`` (an aware datetime) or ``delay`` (seconds) holds it back. A repeat while
         an item is live merges into it: priority only rises, run_after only moves earlier. A
         held item absorbs the repeat too, so a handler that must see later requests calls
-        ``requeue()``. Idle workers are woken by a NOTIFY at commit.
+        ``requeue()``. Idle workers are woken by a NOTIFY at commit. ``group`` (e.g. a
+        tenant id) puts the item in a group for ``max_running_per_group`` and ``rate_per_group``;
+        it is set here and never changed.
         """
         conf = wq_settings().queue(_check_queue(queue))
         _check_key(key)
@@ -210,6 +235,7 @@ class WorkItemManager(models.Manager):
                 "trace_context": Jsonb(trace_context) if trace_context is not None else _current_trace(),
                 "over_wire": conf.over_wire,
                 "channel": wq_settings().notify_channel,
+                "group": check_group(group),
             },
             using=self.db,
         )
@@ -218,12 +244,14 @@ class WorkItemManager(models.Manager):
         row = rows[0]
         return Item.from_row(row), bool(row[len(sql.ITEM_COLUMNS)])
 
-    def enqueue_many(self, entries: Iterable, *, environment=None, priority=None, delay=None) -> list[tuple]:
+    def enqueue_many(
+        self, entries: Iterable, *, environment=None, priority=None, delay=None, group=None
+    ) -> list[tuple]:
         """Enqueue a batch in one statement; return [(public_id, queue, key, created), ...].
 
         Each entry is ``(queue, key)`` or a dict with ``queue``, ``key`` and optionally
-        ``environment``, ``priority``, ``delay``, ``metadata``, ``max_attempts``. Keyword
-        arguments are defaults for every entry.
+        ``environment``, ``priority``, ``delay``, ``metadata``, ``max_attempts``, ``group``.
+        Keyword arguments are defaults for every entry.
         """
         settings = wq_settings()
         cols: dict[str, list] = {
@@ -237,6 +265,7 @@ class WorkItemManager(models.Manager):
                 "max_attempts",
                 "metadatas",
                 "over_wires",
+                "groups",
             )
         }
         for entry in entries:
@@ -249,6 +278,7 @@ class WorkItemManager(models.Manager):
                 "delay",
                 "metadata",
                 "max_attempts",
+                "group",
             }
             if unknown:
                 raise InvalidInput(f"enqueue_many entry has unknown field(s): {', '.join(sorted(unknown))}")
@@ -270,6 +300,7 @@ class WorkItemManager(models.Manager):
             meta = validate_metadata(spec.get("metadata"))
             cols["metadatas"].append(Jsonb(meta))
             cols["over_wires"].append(conf.over_wire)
+            cols["groups"].append(check_group(spec.get("group", group)))
         if not cols["queues"]:
             return []
         env_ids = {e for e in cols["environment_ids"] if e is not None}
@@ -322,18 +353,36 @@ class WorkItemManager(models.Manager):
             # claims relaxed. Never inside a caller's transaction: it would relax that commit.
             "relaxed": relaxed and not transaction.get_connection(self.db).in_atomic_block,
         }
-        capped = [c.name for c in confs if c.max_running is not None]
+        flow = controls.needs_flow(confs, using=self.db)
+        capped = [c.name for c in confs if flow or c.max_running is not None]
         with transaction.atomic(using=self.db, savepoint=False):
             if capped:
                 sql.run("queue_lock_caps", {"queues": capped}, using=self.db)
-            rows = sql.run("item_claim", params, using=self.db)
+            if flow:
+                params.update(controls.flow_params(confs))
+                rows = sql.run("item_claim_flow", params, using=self.db, queries=sql.CONTROLS)
+            else:
+                rows = sql.run("item_claim", params, using=self.db)
             result = ClaimResult()
             for row in rows:
                 item = Item.from_claimed(row)
                 item.claimed_by = worker_id
                 (result.items if item.state == "active" else result.settled).append(item)
             hooks.items_moved(result.settled, hooks.MoveReason.ATTEMPTS_EXHAUSTED)
+            result.flow = flow
         return result
+
+    def retry_now(self, ids: Sequence[int]) -> list[int]:
+        """Give failed items a new run now (attempts reset, the old error kept); return their ids."""
+        params = {"ids": list(ids), "channel": wq_settings().notify_channel}
+        with transaction.atomic(using=self.db):
+            return [r[0] for r in sql.run("item_retry_now_many", params, using=self.db, queries=sql.CONTROLS)]
+
+    def run_now(self, ids: Sequence[int]) -> list[int]:
+        """Make scheduled items (run_after ahead) due now; return their ids."""
+        params = {"ids": list(ids), "channel": wq_settings().notify_channel}
+        with transaction.atomic(using=self.db):
+            return [r[0] for r in sql.run("item_run_now_many", params, using=self.db, queries=sql.CONTROLS)]
 
     def extend(self, item: Item, lease: float | None = None) -> dt.datetime:
         """Push the item's lease out by ``lease`` seconds (queue default); same proof."""

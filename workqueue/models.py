@@ -79,6 +79,9 @@ class WorkItem(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     trace_context = models.JSONField(null=True, blank=True)
     claimed_by = models.CharField(max_length=200, blank=True, db_default="")
+    # Set at enqueue and never changed by the queue: max_running_per_group and rate_per_group
+    # count per (queue, group_key). NULL: in no group, so no per-group limit applies.
+    group_key = models.CharField(max_length=200, null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -363,3 +366,74 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class QueueControl(models.Model):
+    """An operator's runtime overrides for one queue (``manage.py queues``, the dashboard).
+
+    A NULL limit means "use the setting" (``WORKQUEUE["QUEUES"][name]``). The claim, poll and
+    ack statements read this row themselves, so a change reaches the whole fleet at once.
+    A rate is a count per period in seconds (1, 60 or 3600).
+    """
+
+    queue = models.CharField(primary_key=True, max_length=128)
+    paused = models.BooleanField(default=False)
+    max_running = models.IntegerField(null=True, blank=True)
+    max_running_per_group = models.IntegerField(null=True, blank=True)
+    rate_count = models.IntegerField(null=True, blank=True)
+    rate_period = models.FloatField(null=True, blank=True)
+    rate_per_group_count = models.IntegerField(null=True, blank=True)
+    rate_per_group_period = models.FloatField(null=True, blank=True)
+    updated_at = models.DateTimeField(db_default=Now())
+    updated_by = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        db_table = "work_queue_controls"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_running__isnull=True) | Q(max_running__gte=1), name="work_queue_controls_max_running"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_running_per_group__isnull=True) | Q(max_running_per_group__gte=1),
+                name="work_queue_controls_max_running_per_group",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_count__isnull=True, rate_period__isnull=True)
+                | Q(rate_count__gte=1, rate_period__gt=0),
+                name="work_queue_controls_rate",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_per_group_count__isnull=True, rate_per_group_period__isnull=True)
+                | Q(rate_per_group_count__gte=1, rate_per_group_period__gt=0),
+                name="work_queue_controls_rate_per_group",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.queue
+
+
+class QueueStart(models.Model):
+    """One start (a claim or a wire ack) of an item of a rate-limited queue: the rate limiter's
+    sliding window. Written only for queues with a rate, in the statement that starts the
+    item; rows older than the longest period are pruned by the claim and by ``reap``. Facts
+    with a time, not a counter: nothing here needs to be kept in step or released."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=128)
+    group_key = models.CharField(max_length=200, null=True, blank=True)
+    started_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "work_queue_starts"
+        indexes = [
+            models.Index(fields=["queue", "started_at"], name="work_queue_starts_queue_idx"),
+            models.Index(
+                fields=["queue", "group_key", "started_at"],
+                condition=Q(group_key__isnull=False),
+                name="work_queue_starts_group_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} started at {self.started_at}"

@@ -43,12 +43,15 @@ def fail_hard_timeouts(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | 
 def delete_stopped(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | None = None) -> int:
     """Delete stopped items older than their queue's retention."""
     queues = _known_queues()
+    default = wq_settings().queue_defaults.retention
     return sql.rowcount(
         "item_reap_stopped",
         {
             "queues": [q.name for q in queues],
             "retentions": [q.retention for q in queues],
-            "default_retention": wq_settings().queue_defaults.retention,
+            "default_retention": default,
+            # No row is past retention before the shortest retention of all: the index bound.
+            "min_retention": min([default, *(q.retention for q in queues)]),
             "now": now,
             "limit": limit or wq_settings().reap_batch,
         },
@@ -71,6 +74,18 @@ def prune_maintenance_runs(*, using: str = DEFAULT_DB_ALIAS, now=None) -> int:
     return sql.rowcount("maintenance_runs_prune", {"now": now, "older_than": 30 * 86400.0}, using=using)
 
 
+#: The rate limiter's window is at most an hour ("N/h"); older starts can never count again.
+STARTS_KEPT = 3600.0
+
+
+def prune_starts(*, using: str = DEFAULT_DB_ALIAS, now=None) -> int:
+    """Forget rate-limiter starts older than the longest period (the claim prunes its own
+    queue's window as it goes; this catches queues whose rate was removed)."""
+    return sql.rowcount(
+        "queue_starts_prune", {"now": now, "older_than": STARTS_KEPT}, using=using, queries=sql.CONTROLS
+    )
+
+
 def reap(*, using: str = DEFAULT_DB_ALIAS, now=None) -> dict[str, int]:
     """Run every workqueue reaping step once; return counts."""
     return {
@@ -79,4 +94,5 @@ def reap(*, using: str = DEFAULT_DB_ALIAS, now=None) -> dict[str, int]:
         "pollers_pruned": prune_pollers(using=using, now=now),
         "workers_forgotten": forget_workers(using=using, now=now),
         "runs_pruned": prune_maintenance_runs(using=using, now=now),
+        "starts_pruned": prune_starts(using=using, now=now),
     }

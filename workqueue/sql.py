@@ -215,6 +215,82 @@ def slots_used(args: str) -> str:
     )
 
 
+def flow_gated(queue: str) -> str:
+    """``{flow_gated:QUEUE}``: true when an operator's controls row gives the queue named by the
+    SQL expression QUEUE anything to enforce (paused, or any limit). The plain claim, which
+    takes no per-queue lock for such a queue, claims nothing from it: the caller's cached
+    view of the controls was stale, and the next claim takes the flow path (controls.sql)."""
+    return (
+        f"EXISTS (SELECT 1 FROM work_queue_controls fg WHERE fg.queue = {queue} AND (fg.paused"
+        " OR fg.max_running IS NOT NULL OR fg.max_running_per_group IS NOT NULL"
+        " OR fg.rate_count IS NOT NULL OR fg.rate_per_group_count IS NOT NULL))"
+    )
+
+
+def starts_used(args: str) -> str:
+    """``{starts_used:QUEUE, SECONDS, WIRE}``: what counts against a queue's ``rate``: its starts
+    in the sliding window of the last SECONDS (work_queue_starts: a claim or a wire ack each),
+    plus, on an ``over_wire`` queue, live poll reservations (each one ack away from a start)."""
+    queue, period, wire = (part.strip() for part in args.split(",", 2))
+    return (
+        f"((SELECT count(*) FROM work_queue_starts st WHERE st.queue = {queue}"
+        f" AND st.started_at > now() - make_interval(secs => {period}))"
+        f" + CASE WHEN {wire} THEN (SELECT count(*) FROM work_items st_r WHERE st_r.queue = {queue}"
+        " AND st_r.state = 'queued' AND st_r.wire AND st_r.lease_expires_at > now()) ELSE 0 END)"
+    )
+
+
+def groups_full(q: str) -> str:
+    """``{groups_full:Q}``: the groups of the queue row Q (columns name, wire, group_cap,
+    group_rate_n, group_rate_s) with no room left: as many live holders (plus live wire
+    reservations) as ``max_running_per_group``, or as many starts in the window as
+    ``rate_per_group``. A text[]; the scans under it are skipped when the limit is unset."""
+    return (
+        "coalesce((SELECT array_agg(DISTINCT full_g.group_key) FROM ("
+        " SELECT gh.group_key FROM ("
+        f"  SELECT h.group_key FROM work_items h WHERE {q}.group_cap IS NOT NULL AND h.queue = {q}.name"
+        f"   AND h.state IN {states.render_states('held')} AND h.lease_expires_at > now()"
+        "   AND h.group_key IS NOT NULL"
+        "  UNION ALL"
+        f"  SELECT r.group_key FROM work_items r WHERE {q}.group_cap IS NOT NULL AND {q}.wire AND r.queue = {q}.name"
+        "   AND r.state = 'queued' AND r.wire AND r.lease_expires_at > now() AND r.group_key IS NOT NULL"
+        f" ) gh GROUP BY gh.group_key HAVING count(*) >= {q}.group_cap"
+        " UNION ALL"
+        f" SELECT gs.group_key FROM work_queue_starts gs WHERE {q}.group_rate_n IS NOT NULL AND gs.queue = {q}.name"
+        f"  AND gs.group_key IS NOT NULL AND gs.started_at > now() - make_interval(secs => {q}.group_rate_s)"
+        f" GROUP BY gs.group_key HAVING count(*) >= {q}.group_rate_n"
+        ") full_g), '{}'::text[])"
+    )
+
+
+def group_room(args: str) -> str:
+    """``{group_room:Q, GROUP}``: how many more items of group GROUP the queue row Q (as in
+    groups_full) may start now: NULL when neither per-group limit is set."""
+    q, group = (part.strip() for part in args.split(",", 1))
+    return (
+        "least("
+        f"CASE WHEN {q}.group_cap IS NOT NULL THEN {q}.group_cap"
+        f" - (SELECT count(*) FROM work_items h WHERE h.queue = {q}.name AND h.group_key = {group}"
+        f"     AND h.state IN {states.render_states('held')} AND h.lease_expires_at > now())"
+        f" - CASE WHEN {q}.wire THEN (SELECT count(*) FROM work_items r WHERE r.queue = {q}.name"
+        f"     AND r.group_key = {group} AND r.state = 'queued' AND r.wire AND r.lease_expires_at > now())"
+        "   ELSE 0 END END, "
+        f"CASE WHEN {q}.group_rate_n IS NOT NULL THEN {q}.group_rate_n"
+        f" - (SELECT count(*) FROM work_queue_starts gs WHERE gs.queue = {q}.name AND gs.group_key = {group}"
+        f"     AND gs.started_at > now() - make_interval(secs => {q}.group_rate_s)) END)"
+    )
+
+
+def flow_wire_gate(r: str) -> str:
+    """``{flow_wire_gate:R}``: a wire poll's candidate row R passes the flow checks made under
+    the locks just before (queue_flow_blocked: %(blocked_groups)s), and is not of a queue an
+    operator put under control since the caller last looked (%(flow_queues)s were checked)."""
+    return (
+        f"({r}.group_key IS NULL OR ({r}.queue || chr(31) || {r}.group_key) <> ALL (%(blocked_groups)s::text[]))"
+        f" AND ({r}.queue = ANY (%(flow_queues)s::text[]) OR NOT {flow_gated(r + '.queue')})"
+    )
+
+
 def shared_fragments() -> dict:
     """The fragments every statement file may use, workqueue's and operations' alike:
     ``{item}``, ``{claimed}``, ``{relaxed}``, ``{cap_lock:...}``, ``{slots_used:...}``, the
@@ -228,6 +304,11 @@ def shared_fragments() -> dict:
         "slots_used": slots_used,
         "states": states.render_states,
         "outcomes": states.render_outcomes,
+        "flow_gated": flow_gated,
+        "starts_used": starts_used,
+        "groups_full": groups_full,
+        "group_room": group_room,
+        "flow_wire_gate": flow_wire_gate,
     }
     return {**base, **load_fragments(SQL_DIR / "fragments.sql")}
 
@@ -238,6 +319,7 @@ def load(filename: str) -> Statements:
 
 
 QUERIES = load("queries.sql")
+CONTROLS = load("controls.sql")
 
 
 class _PreparedCursor(psycopg.Cursor):

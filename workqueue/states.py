@@ -46,6 +46,9 @@ class Outcome(models.TextChoices):
 LIVE_STATES = (State.QUEUED, State.STARTING, State.ACTIVE)
 # Held: under a lease, with the proof (lease_token) minted when it was handed out.
 HELD_STATES = (State.STARTING, State.ACTIVE, State.STOPPING)
+# Unheld: every state but the held ones. A statement may say "NOT IN {states:unheld}" where an
+# index over the held states must not serve it (item_complete_many, by primary key instead).
+UNHELD_STATES = tuple(s for s in State if s not in HELD_STATES)
 # Running: held and not winding down; the holder may renew, retry, requeue or release it.
 RUNNING_STATES = (State.STARTING, State.ACTIVE)
 # Unsettled: not stopped yet (the work_items_unsettled_key_idx predicate).
@@ -62,6 +65,7 @@ ALL_OUTCOMES = tuple(Outcome)
 STATE_SETS: dict[str, tuple[State, ...]] = {
     "live": LIVE_STATES,
     "held": HELD_STATES,
+    "unheld": UNHELD_STATES,
     "running": RUNNING_STATES,
     "unsettled": UNSETTLED_STATES,
     "stop_outright": STOP_OUTRIGHT_STATES,

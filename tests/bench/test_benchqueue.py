@@ -37,3 +37,59 @@ def test_benchqueue_quick_prints_every_figure_beside_its_ceiling(run_command, tm
     drains = [r for name, r in results.items() if name.startswith("drain")]
     assert drains and all(r["value"] > 0 and r["raw_sql"] > 0 and r["ratio"] > 0 for r in drains)
     assert all(r["value"] > 0 for r in results.values())
+
+
+HISTORY_ROWS = (
+    "history: drain, 2 processes, small table",
+    "history: drain, 2 processes, big table",
+    "history: drain big / small",
+    "history: enqueue one per commit, small table",
+    "history: enqueue one per commit, big table",
+    "history: big drain with reap / without",
+    "history: admin change list, stopped, big table",
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_history_section_reports_both_drains_their_ratio_and_the_plans(run_command, tmp_path):
+    out = tmp_path / "history.json"
+    done = run_command(
+        "benchqueue",
+        "--quick",
+        "--only",
+        "history",
+        "--history-stopped",
+        "600",
+        "--history-scheduled",
+        "60",
+        "--json",
+        str(out),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "600 stopped + 60 scheduled loaded" in done.stderr
+    report = json.loads(out.read_text())
+    results = {r["name"]: r for r in report["results"]}
+    for name in HISTORY_ROWS:
+        assert any(n.startswith(name) for n in results), f"{name!r} missing from:\n{done.stdout}"
+    small = results["history: drain, 2 processes, small table"]
+    big = results["history: drain, 2 processes, big table"]
+    assert small["value"] > 0 and small["raw_sql"] > 0 and big["value"] > 0 and big["raw_sql"] > 0
+    ratio = next(r for n, r in results.items() if n.startswith("history: drain big / small"))
+    assert ratio["value"] == pytest.approx(big["value"] / small["value"])
+    history = report["meta"]["history"]
+    assert (history["stopped"], history["scheduled"]) == (600, 60)
+    assert history["reap"] and all(r["sweeps"] >= 1 for r in history["reap"])
+    for statement in ("claim", "settle"):
+        plan = history["plans"][statement]
+        for variant in ("prepared", "custom"):
+            assert "work_items" in plan[variant] and "Buffers: shared" in plan[variant], plan[variant]
+            assert "actual" in plan[variant]  # ANALYZE: the statement ran
+        assert plan["generic_plans"] + plan["custom_plans"] >= 6
+    assert "Update on work_items" in history["plans"]["settle"]["custom"]
+
+
+def test_history_row_counts_must_not_be_negative(run_command):
+    done = run_command("benchqueue", "--only", "history", "--history-stopped", "-1")
+    assert done.returncode == 2
+    assert "--history-stopped takes a count of rows" in done.stderr

@@ -297,3 +297,15 @@ def test_start_works_from_manage_py_shell(run_command):
     assert state == "pending"
     assert op_row(op_id).owner == "shell"
     assert items_for(op_id).get().state == "queued"
+
+
+def test_start_passes_the_group_to_its_work_item_and_refuses_a_bad_one():
+    op = operations.start("test.ops.count", {"steps": 1}, group="tenant-42")
+    assert items_for(op.id).get().group_key == "tenant-42"
+    plain = operations.start("test.ops.count", {"steps": 1})
+    assert items_for(plain.id).get().group_key is None
+    before = (Operation.objects.count(), WorkItem.objects.count())
+    for bad in ("", "x" * 201, 7):
+        with pytest.raises(InvalidRequest, match="group"):
+            operations.start("test.ops.count", {"steps": 1}, group=bad)
+    assert (Operation.objects.count(), WorkItem.objects.count()) == before

@@ -18,6 +18,9 @@
 - test.holdonce: holds its first attempt until cancelled (a worker to kill mid-item), then
   records and completes on any later attempt.
 - test.flaky: test.record on a queue that retries at once (database-outage tests).
+- test.flow / test.grouped / test.rated / test.grouped.lapse (flow control): wait for a
+  Sample named metadata["until"] when given (renewing the lease), sleep metadata["seconds"]
+  (default 0.1), record.
 """
 
 import os
@@ -188,6 +191,22 @@ handlers.register("test.settled", batched)
 @handlers.register("test.interrupt")
 def interrupt(item, ctx):
     raise KeyboardInterrupt(f"test.interrupt {item.key}")
+
+
+def _flow(item, ctx):
+    until = item.metadata.get("until")
+    deadline = time.monotonic() + 60
+    while until and not Sample.objects.filter(name=until).exists() and time.monotonic() < deadline:
+        ctx.progress()
+        time.sleep(0.05)
+    time.sleep(float(item.metadata.get("seconds", "0.1")))
+    with transaction.atomic():
+        _record(item, ctx)
+        ctx.complete()
+
+
+for _queue in ("test.flow", "test.grouped", "test.rated", "test.grouped.lapse"):
+    handlers.register(_queue, _flow)
 
 
 # -- async def handlers (issue 15), run on runworker's event loop -------------------------------

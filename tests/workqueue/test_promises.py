@@ -353,11 +353,11 @@ def test_synchronous_commit_is_turned_off_only_inside_the_soft_transition_statem
     from operations.store import QUERIES as OPERATION_QUERIES
 
     relaxed = set()
-    for statements in (sql.QUERIES, DASHBOARD_STATEMENTS, WIRE, OPERATION_QUERIES):
+    for statements in (sql.QUERIES, sql.CONTROLS, DASHBOARD_STATEMENTS, WIRE, OPERATION_QUERIES):
         for name in statements.names():
             text = statements[name]
             if "synchronous_commit" in text:
                 relaxed.add(name)
                 # Only when the caller asks, and only for the statement's own transaction.
                 assert "%(relaxed)s::bool" in text and "'off', true)" in text, name
-    assert relaxed == {"item_claim", "item_extend_many", "op_begin", "op_flush"}
+    assert relaxed == {"item_claim", "item_claim_flow", "item_extend_many", "op_begin", "op_flush"}

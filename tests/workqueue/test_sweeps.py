@@ -19,7 +19,7 @@ from tests.workqueue.conftest import row, side_connection
 from workqueue import reaper, recovery
 from workqueue.exceptions import LeaseLost
 from workqueue.lease import LeaseKeeper
-from workqueue.models import Environment, MaintenanceRun, Poller, Worker, WorkItem
+from workqueue.models import Environment, MaintenanceRun, Poller, QueueStart, Worker, WorkItem
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,11 +70,21 @@ def mess():
     Worker.objects.filter(id="ancient").update(last_seen=Now() - LONG_AGO)
     Worker.objects.create(id="recent", host="h", pid=2)
     MaintenanceRun.objects.create(name="reap", started_at=Now() - dt.timedelta(days=40), finished_at=Now())
+    # reap: a rate-limiter start older than the longest period (an hour), and a recent one.
+    QueueStart.objects.create(queue="test.rated", started_at=Now() - dt.timedelta(hours=2))
+    QueueStart.objects.create(queue="test.rated", group_key="g", started_at=Now())
     return env
 
 
 RECOVER = {"finalized": 1, "requeued": 1, "exhausted": 1}
-REAP = {"timed_out": 1, "deleted": 3, "pollers_pruned": 1, "workers_forgotten": 1, "runs_pruned": 1}
+REAP = {
+    "timed_out": 1,
+    "deleted": 3,
+    "pollers_pruned": 1,
+    "workers_forgotten": 1,
+    "runs_pruned": 1,
+    "starts_pruned": 1,
+}
 
 
 def assert_recovered(before_ids: dict) -> None:
@@ -100,6 +110,7 @@ def assert_reaped() -> None:
     assert row("no-timeout").state == "active"
     assert list(Poller.objects.values_list("worker_id", flat=True)) == ["here"]
     assert list(Worker.objects.values_list("id", flat=True)) == ["recent"]
+    assert list(QueueStart.objects.values_list("group_key", flat=True)) == ["g"]
 
 
 def blocked_on_the_runs_table() -> bool:

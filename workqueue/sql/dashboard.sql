@@ -17,7 +17,8 @@ SELECT statement_timestamp();
 -- are never read. Each FILTER is one WorkItemQuerySet scope: ready(), scheduled(), pending(),
 -- running(), stopping(), stuck(); live_held is what max_running counts inside the claim
 -- (held under a live lease, stopping included). oldest_wait is how long the longest-waiting
--- due item has waited since its run_after.
+-- due item has waited since its run_after. A held_back queue (paused, or under a per-group cap
+-- or a rate: workqueue.controls.held_back_queues) waits by design: its queued items are not stuck.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT w.queue,
        count(*) FILTER (WHERE w.state = 'queued' AND w.run_after <= t.now
@@ -27,7 +28,7 @@ SELECT w.queue,
        count(*) FILTER (WHERE w.state IN {states:running}) AS running,
        count(*) FILTER (WHERE w.state = 'stopping') AS stopping,
        count(*) FILTER (WHERE (w.state IN {states:held} AND w.lease_expires_at < t.now)
-                          OR (w.state = 'queued'
+                          OR (w.state = 'queued' AND w.queue <> ALL (%(held_back)s::text[])
                               AND w.run_after < t.now - make_interval(secs => %(stuck_after)s))) AS stuck,
        count(*) FILTER (WHERE w.state IN {states:held}
                           AND w.lease_expires_at > t.now) AS live_held,

@@ -33,13 +33,14 @@
 -- fragment: item_insert(rows)
 -- Insert one queued item per row of ROWS, a parenthesised SELECT with the columns queue,
 -- key, environment_id, priority, run_after, attempts, max_attempts, metadata,
--- trace_context, wire (typed: cast parameters). Follow it with an ON CONFLICT tail below.
+-- trace_context, wire, group_key (typed: cast parameters). Follow it with an ON CONFLICT
+-- tail below.
 INSERT INTO work_items AS w (
     public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
-    metadata, trace_context, wire, reclaimed, handed_out, created_at
+    metadata, trace_context, wire, reclaimed, handed_out, created_at, group_key
 )
 SELECT work_mint_id('work_'), r.queue, r.key, r.environment_id, 'queued', r.priority, r.run_after, r.attempts,
-       r.max_attempts, r.metadata, r.trace_context, r.wire, false, false, now()
+       r.max_attempts, r.metadata, r.trace_context, r.wire, false, false, now(), r.group_key
 FROM $rows AS r
 
 

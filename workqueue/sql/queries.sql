@@ -20,7 +20,7 @@
            coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)) AS run_after,
            %(attempts)s::int AS attempts, %(max_attempts)s::int AS max_attempts, %(metadata)s::jsonb AS metadata,
            %(trace_context)s::jsonb AS trace_context,
-           coalesce(e.kind = 'self_hosted' AND %(over_wire)s::bool, false) AS wire
+           coalesce(e.kind = 'self_hosted' AND %(over_wire)s::bool, false) AS wire, %(group)s::text AS group_key
     FROM (SELECT 1) AS one
     LEFT JOIN work_environments e ON e.id = %(environment_id)s
     WHERE %(environment_id)s::text IS NULL OR e.id IS NOT NULL
@@ -39,12 +39,14 @@ RETURNING {item}, (xmax = 0) AS created, pg_notify(%(channel)s, w.queue);
 {item_insert:(
     SELECT b.queue, b.key, b.environment_id, b.priority, now() + make_interval(secs => b.delay) AS run_after,
            0 AS attempts, b.max_attempts, b.metadata, %(trace_context)s::jsonb AS trace_context,
-           coalesce(e.kind = 'self_hosted' AND b.over_wire, false) AS wire
+           coalesce(e.kind = 'self_hosted' AND b.over_wire, false) AS wire, b.group_key
     FROM (
         SELECT DISTINCT ON (u.queue, u.key) u.*
         FROM unnest(%(queues)s::text[], %(keys)s::text[], %(environment_ids)s::text[], %(priorities)s::int[],
-                    %(delays)s::float8[], %(max_attempts)s::int[], %(metadatas)s::jsonb[], %(over_wires)s::bool[])
-             WITH ORDINALITY AS u(queue, key, environment_id, priority, delay, max_attempts, metadata, over_wire, ord)
+                    %(delays)s::float8[], %(max_attempts)s::int[], %(metadatas)s::jsonb[], %(over_wires)s::bool[],
+                    %(groups)s::text[])
+             WITH ORDINALITY AS u(queue, key, environment_id, priority, delay, max_attempts, metadata, over_wire,
+                                  group_key, ord)
         ORDER BY u.queue, u.key, u.priority DESC, u.ord
     ) AS b
     LEFT JOIN work_environments e ON e.id = b.environment_id
@@ -75,12 +77,16 @@ FROM (SELECT q FROM unnest(%(queues)s::text[]) AS q ORDER BY q) AS ordered;
 -- and items whose holder's lease lapsed (reclaimed), never wire items; a capped queue
 -- takes no more than its free slots (slots_used: holders with a live lease, plus live wire
 -- reservations on an over_wire queue), and the ready and lapsed candidates share that quota
--- (ranked per queue), since a reclaimed item takes a slot too. One lease proof is minted per claim. A lapsed item that has
+-- (ranked per queue), since a reclaimed item takes a slot too. A queue an operator has put
+-- under flow control (flow_gated: paused or limited in work_queue_controls) gets nothing
+-- here: the caller's cached view was stale, and item_claim_flow (controls.sql) serves it.
+-- One lease proof is minted per claim. A lapsed item that has
 -- spent its attempts is settled failed instead of handed out again, and returned so
 -- hooks can react. Rows come back in claim order, so runners start the best first.
 WITH q AS (
     SELECT u.name, u.lease_s,
-           CASE WHEN u.cap IS NULL THEN u.n
+           CASE WHEN {flow_gated:u.name} THEN 0
+                WHEN u.cap IS NULL THEN u.n
                 ELSE least(u.n, greatest(u.cap - {slots_used:u.name, u.wire}, 0))
            END AS n
     FROM unnest(%(queues)s::text[], %(limits)s::int[], %(leases)s::float8[], %(caps)s::int[], %(wires)s::bool[])
@@ -179,11 +185,16 @@ FROM t LEFT JOIN renewed r ON r.id = t.id AND r.lease_token = t.token;
 -- Settle held items with an outcome, many at once; each row presents its own proof, so a
 -- stale proof settles nothing for that row and leaves the others alone. The proof comes
 -- back with the id: a batch may hold an old and a new claim of one item.
+-- Each presented id is looked up by primary key, so a settle costs its own rows only. The
+-- held states are written as "not unheld" (unheld: every other state, in workqueue/states.py)
+-- so the planner cannot read work_items_held_idx instead: on a table of history it estimates
+-- the held rows at one, and its generic plan for this prepared statement compared every held
+-- row of the fleet (and each settled row's entry not yet vacuumed) with every presented id.
 UPDATE work_items w
 SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
-WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN {states:held}
+WHERE w.id = t.id AND w.lease_token = t.token AND w.state NOT IN {states:unheld}
 RETURNING w.id, t.token;
 
 
@@ -334,18 +345,26 @@ RETURNING {item};
 
 
 -- name: item_reap_stopped
--- Reap: delete stopped items older than their queue's retention, a bounded batch at a time.
+-- Reap: delete stopped items older than their queue's retention, a bounded batch at a time,
+-- oldest first. The shortest retention of all (min_retention) bounds a range scan of
+-- work_items_stopped_idx, so a sweep reads the rows past retention and stops there: without
+-- that bound the per-queue retention is not an index condition, and a sweep that finds less
+-- than a batch reads every stopped row in the table (the whole history) to look for more.
+-- id = ANY(ARRAY(...)): the batch is collected first, then deleted by primary key.
 DELETE FROM work_items
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT w.id FROM work_items w
-    LEFT JOIN unnest(%(queues)s::text[], %(retentions)s::float8[]) AS r(queue, retention_s)
-           ON r.queue = w.queue
     WHERE w.state = 'stopped'
-      AND w.stopped_at < coalesce(%(now)s, now())
-                         - make_interval(secs => coalesce(r.retention_s, %(default_retention)s))
+      AND w.stopped_at < coalesce(%(now)s, now()) - make_interval(secs => %(min_retention)s)
+      AND w.stopped_at < coalesce(%(now)s, now()) - make_interval(secs => coalesce(
+              (SELECT r.retention_s
+               FROM unnest(%(queues)s::text[], %(retentions)s::float8[]) AS r(queue, retention_s)
+               WHERE r.queue = w.queue),
+              %(default_retention)s))
+    ORDER BY w.stopped_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-);
+));
 
 
 -- name: poller_prune

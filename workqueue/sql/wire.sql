@@ -42,7 +42,9 @@ WHERE k.key_hash = %(digest)s;
 -- A re-hand-out (handed_out already true) mints a fresh public id in the same UPDATE, so
 -- a revived stale worker's ack/heartbeat/stop hit 404; the first hand-out keeps its id.
 -- Queues whose max_running is full (wire_full_queues, under the caller's per-queue advisory
--- lock) are skipped and left untouched. They come in as a plain array rather than a CTE so
+-- lock) are skipped and left untouched, and so are the queues and groups flow control holds
+-- back (queue_flow_blocked in controls.sql; flow_wire_gate in workqueue/sql.py).
+-- They come in as a plain array rather than a CTE so
 -- the planner keeps walking work_items_poll_idx in order and stops at the first row.
 -- Two bounded side jobs ride along as data-modifying CTEs (Postgres runs them whether or
 -- not the result reads them), each SKIP LOCKED so concurrent polls never wait on each other:
@@ -81,7 +83,7 @@ ready AS (
     FROM work_items r
     WHERE r.environment_id = %(environment_id)s AND r.wire AND r.state = 'queued'
       AND r.run_after <= now() AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= now())
-      AND r.queue <> ALL (%(full_queues)s::text[])
+      AND r.queue <> ALL (%(full_queues)s::text[]) AND {flow_wire_gate:r}
     ORDER BY r.priority DESC, r.run_after, r.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -91,7 +93,7 @@ lapsed AS (
     FROM work_items l
     WHERE l.environment_id = %(environment_id)s AND l.wire AND l.state IN {states:running}
       AND l.lease_expires_at < now() AND NOT {lapsed_spent:l} AND l.run_after <= now()
-      AND l.queue <> ALL (%(full_queues)s::text[])
+      AND l.queue <> ALL (%(full_queues)s::text[]) AND {flow_wire_gate:l}
     ORDER BY l.priority DESC, l.run_after, l.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED

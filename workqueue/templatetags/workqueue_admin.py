@@ -165,3 +165,31 @@ def wq_count(value, base_url: str, alert: bool = False, **params) -> SafeString:
     return format_html(
         '<a href="{}?{}"{}>{}</a>', base_url, query, SafeString(' class="wq-alert"') if alert else "", text
     )
+
+
+@register.simple_tag
+def wq_flow_value(flow, field: str) -> SafeString:
+    """A flow limit's value on the dashboard, and where it comes from (settings or override)."""
+    if flow is None:
+        return format_html("{}", DASH)
+    shown = flow.shown(field)
+    source = flow.source(field)
+    if not shown:
+        return format_html('<span class="wq-quiet" title="No limit ({})">{}</span>', source, DASH)
+    tone = "warn" if source == "override" else "quiet"
+    return format_html('{} <span class="wq-note wq-tone-{}">{}</span>', shown, tone, source)
+
+
+@register.simple_tag
+def wq_flow_input(flow, field: str) -> SafeString:
+    """The form input for one override: its current override, the setting as placeholder."""
+    override = flow.shown(field) if flow is not None and field in flow.overridden else ""
+    label = field.replace("_", " ")
+    hint = "e.g. 50/s" if field.startswith("rate") else "N"
+    return format_html(
+        '<label class="wq-note">{} <input type="text" name="{}" value="{}" size="7" placeholder="{}"></label> ',
+        label,
+        field,
+        override,
+        hint,
+    )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from psycopg.types.json import Jsonb
 
-from workqueue import hooks, sql
+from workqueue import controls, hooks, sql
 from workqueue.conf import wq_settings
 from workqueue.exceptions import (
     HeartbeatMismatch,
@@ -161,21 +161,37 @@ class WireLane:
 
     def _poll_once(self, environment_id: str, reserve_ms: int, worker_id: str | None) -> PollResult:
         settings = wq_settings()
-        capped = settings.capped_wire_queues()
+        # Queues under flow control (controls.sql decides their cap too, override included).
+        flow = controls.wire_flow_queues(using=self.db)  # type: ignore[attr-defined]
+        flow_names = [c.name for c in flow]
+        capped = [c for c in settings.capped_wire_queues() if c.name not in flow_names]
         params = {
             "environment_id": environment_id,
             "reserve_s": reserve_ms / 1000,
             "worker_id": worker_id or "",
             "batch": settings.finalize_batch,
             "full_queues": [],
+            "flow_queues": flow_names,
+            "blocked_groups": [],
         }
         result = PollResult()
         with transaction.atomic(using=self.db, savepoint=False):  # type: ignore[attr-defined]
+            if capped or flow:
+                names = [c.name for c in capped] + flow_names
+                sql.run("queue_lock_caps", {"queues": names}, using=self.db)  # type: ignore[attr-defined]
             if capped:
                 names = [c.name for c in capped]
-                sql.run("queue_lock_caps", {"queues": names}, using=self.db)  # type: ignore[attr-defined]
                 full = self._wire("wire_full_queues", {"queues": names, "caps": [c.max_running for c in capped]})
                 params["full_queues"] = [r[0] for r in full]
+            if flow:
+                blocked, groups = sql.run(
+                    "queue_flow_blocked",
+                    {"queues": flow_names, "caps": [c.max_running for c in flow], **controls.flow_params(flow)},
+                    using=self.db,  # type: ignore[attr-defined]
+                    queries=sql.CONTROLS,
+                )[0]
+                params["full_queues"] += blocked
+                params["blocked_groups"] = groups
             for row in self._wire("wire_poll", params):
                 item = Item.from_row(row[1:])
                 if row[0] == "handed":
@@ -225,7 +241,11 @@ class WireLane:
         count claim and poll use, under the same per-queue lock).
         """
         settings = wq_settings()
-        capped = settings.capped_wire_queues()
+        # Queues under flow control, read now (an ack is rare next to a claim): their pause and
+        # limits, overrides included, are checked by item_ack_flow_check under the same lock.
+        flow = controls.wire_flow_queues(fresh=True, using=self.db)  # type: ignore[attr-defined]
+        flow_names = [c.name for c in flow]
+        capped = [c for c in settings.capped_wire_queues() if c.name not in flow_names]
         params = {
             "environment_id": environment_id,
             "work_id": work_id,
@@ -234,10 +254,49 @@ class WireLane:
             "queues": [c.name for c in capped],
             "caps": [c.max_running for c in capped],
         }
-        if capped:
+        if capped or flow:
             with transaction.atomic(using=self.db, savepoint=False):  # type: ignore[attr-defined]
-                self._wire("wire_ack_lock", params)
+                self._wire("wire_ack_lock", {**params, "queues": [c.name for c in capped] + flow_names})
+                check = []
+                if flow:
+                    check = sql.run(
+                        "item_ack_flow_check",
+                        {
+                            "environment_id": environment_id,
+                            "work_id": work_id,
+                            "queues": flow_names,
+                            "caps": [c.max_running for c in flow],
+                            **controls.flow_params(flow),
+                        },
+                        using=self.db,  # type: ignore[attr-defined]
+                        queries=sql.CONTROLS,
+                    )
+                if check:
+                    queue, paused, has_slot, has_rate, has_group_room, _rated = check[0]
+                    why = (
+                        "its queue is paused"
+                        if paused
+                        else "its queue is at max_running (live holders and live reservations)"
+                        if not has_slot
+                        else "its queue's rate limit has no start left in this period"
+                        if not has_rate
+                        else "its group is at max_running_per_group or its rate_per_group"
+                        if not has_group_room
+                        else ""
+                    )
+                    if why:
+                        raise WorkConflict(
+                            f"work item {work_id!r} cannot be acknowledged now: {why} (queue {queue!r}); "
+                            "poll again later"
+                        )
                 rows = self._wire("wire_ack", params)
+                if check and check[0][5] and rows and rows[0][4] is not None:
+                    sql.run(
+                        "queue_start_record",
+                        {"id": rows[0][4]},
+                        using=self.db,  # type: ignore[attr-defined]
+                        queries=sql.CONTROLS,
+                    )
         else:
             rows = self._wire("wire_ack", params)
         if rows:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from workqueue import controls
 from workqueue import handlers as registry
 from workqueue import listener as listener_mod
 from workqueue.aio import AsyncRunnerPool
@@ -194,7 +195,9 @@ class Worker:
         self.shutdown.request_stop()
 
     def _on_notify(self, payload: str | None) -> None:
-        if payload is None or payload in self._queue_set:
+        if payload == controls.CONTROLS_NOTIFY:
+            controls.invalidate()  # an operator changed a queue's controls: read them afresh
+        elif payload is None or payload in self._queue_set:
             self.wake.set()
 
     def run(self) -> int:

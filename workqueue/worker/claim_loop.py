@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from django.db import connections
 
-from workqueue import sql
+from workqueue import controls, sql
 from workqueue.conf import wq_settings
 from workqueue.items import Item
 from workqueue.lease import Hold, LeaseKeeper
@@ -70,6 +70,7 @@ class ClaimLoop:
         self.wake = wake
         self.stopping = stopping
         self.claims = 0
+        self._flow_retry: float | None = None
         self._started = time.monotonic()
         self._last_beat = 0.0
         self._last_maintenance = 0.0
@@ -111,12 +112,17 @@ class ClaimLoop:
             if asked and claimed >= asked:
                 continue  # a full batch: there is probably more, go straight round
             timeout = self.poll
+            if self._flow_retry is not None:
+                if self._flow_retry <= 0:
+                    continue  # a flow claim took some: look again before sleeping
+                timeout = min(timeout, self._flow_retry)  # a limit frees a start then
             if deadline is not None:
                 timeout = max(0.0, min(timeout, deadline - time.monotonic()))
             self.wake.wait(timeout)
 
     def claim_pass(self) -> tuple[int, int]:
         """Claim up to each lane's free capacity; return (claimed, asked) over the lanes."""
+        self._flow_retry = None
         claimed = asked = 0
         for queues, pool, on_loop in self.lanes:
             got, want = self._claim_lane(queues, pool, on_loop)
@@ -135,6 +141,14 @@ class ClaimLoop:
             queues, limit=free, worker_id=self.worker_id, relaxed=True
         )
         self.claims += 1
+        if result.flow and len(result.items) < free:
+            # Short on the flow path: a limit may be holding due work back. Look again at
+            # once if this claim took some, else when the limit frees a start.
+            wait = (
+                0.0 if result.items else controls.flow_wait([wq_settings().queue(q) for q in queues], using=self.using)
+            )
+            if wait is not None:  # the soonest any lane's limit frees a start
+                self._flow_retry = wait if self._flow_retry is None else min(self._flow_retry, wait)
         for item in result.settled:
             log.warning("%r spent its %d attempts on lapsed leases; failed", item, item.max_attempts)
         if result.items:

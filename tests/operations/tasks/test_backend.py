@@ -460,3 +460,19 @@ def test_task_kinds_made_on_demand_are_not_listed_as_registered_kinds():
     # What this process happened to run must not grow the list an unknown kind's error (and
     # the admin's kind filter) shows.
     assert not [kind for kind in registry.kinds() if kind.startswith("task.")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_group_kwarg_option_puts_each_task_in_its_arguments_group():
+    grouped = {
+        "default": {
+            "BACKEND": "operations.task_backend.OperationsBackend",
+            "QUEUES": ["default", "emails"],
+            "OPTIONS": {"GROUP_KWARG": "subject"},
+        }
+    }
+    with override_settings(TASKS=grouped):
+        result = tasks.send_email.enqueue("a@example.com", subject="tenant-9")
+        bare = tasks.add.enqueue(1, 2)
+        assert WorkItem.objects.get(key=result.id).group_key == "tenant-9"
+        assert WorkItem.objects.get(key=bare.id).group_key is None

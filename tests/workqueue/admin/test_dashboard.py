@@ -172,7 +172,7 @@ def test_the_dashboard_reads_live_rows_through_the_partial_indexes(db):
     )
     for i in range(20):
         WorkItem.objects.enqueue("test.noop", f"live-{i}")
-    params = {"now": None, "stuck_after": 300.0}
+    params = {"now": None, "stuck_after": 300.0, "held_back": []}
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE work_items")
         for name in ("queue_stats", "queue_settled_recent"):

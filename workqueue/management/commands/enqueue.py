@@ -27,6 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--priority", type=int)
         parser.add_argument("--delay", type=float, metavar="SECONDS")
         parser.add_argument("--metadata", action="append", metavar="KEY=VALUE")
+        parser.add_argument("--group", help="The item's group (e.g. a tenant), for per-group limits.")
         parser.add_argument("--count", type=int, help="Enqueue N items keyed KEY-1 … KEY-N.")
         parser.add_argument("--json", action="store_true")
 
@@ -45,6 +46,7 @@ class Command(BaseCommand):
                     environment=env,
                     priority=opts["priority"],
                     delay=opts["delay"],
+                    group=opts["group"],
                 )
                 created = sum(1 for r in rows if r[3])
                 if opts["json"]:
@@ -59,6 +61,7 @@ class Command(BaseCommand):
                 priority=opts["priority"],
                 delay=opts["delay"],
                 metadata=meta,
+                group=opts["group"],
             )
         except InvalidInput as exc:
             raise CommandError(str(exc), returncode=2)

@@ -9,7 +9,7 @@ class Command(BaseCommand):
     help = (
         "Measure the queue against a throwaway database: enqueue rates, drain with 1 and 2 runworker "
         "processes, wake-up latency, operations and @task life, the wire API cycle, worker RSS — each "
-        "beside a raw-SQL ceiling. See docs/performance.md."
+        "beside a raw-SQL ceiling; and the drain on a table that holds a site's history. See docs/performance.md."
     )
 
     def add_arguments(self, parser):
@@ -21,6 +21,18 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, help="runworker --concurrency (default 4).")
         parser.add_argument("--items", type=int, help="Items per drain run (default 20,000).")
         parser.add_argument("--rss-items", type=int, help="Items drained for the RSS figure (default 200,000).")
+        parser.add_argument(
+            "--history-stopped",
+            type=int,
+            metavar="N",
+            help="history section: stopped rows loaded into the big table (default 1,000,000).",
+        )
+        parser.add_argument(
+            "--history-scheduled",
+            type=int,
+            metavar="M",
+            help="history section: rows scheduled a day ahead loaded into the big table (default 100,000).",
+        )
         parser.add_argument(
             "--only", help=f"Comma-separated sections to run, from: {', '.join(SECTIONS)} (default: all)."
         )
@@ -40,6 +52,11 @@ class Command(BaseCommand):
                 setattr(options, attr, opts[key])
         if opts["rss_items"]:
             options.rss_items = opts["rss_items"]
+        for key in ("history_stopped", "history_scheduled"):
+            if opts[key] is not None:
+                if opts[key] < 0:
+                    raise CommandError(f"--{key.replace('_', '-')} takes a count of rows, 0 or more", returncode=2)
+                setattr(options, key, opts[key])
         if opts["only"]:
             chosen = tuple(s.strip() for s in opts["only"].split(",") if s.strip())
             unknown = [s for s in chosen if s not in SECTIONS]
