@@ -69,6 +69,7 @@ def insert_bulk(conninfo: str, n: int, queue: str, per_statement: int = 1000) ->
                     "max_attempts": [5] * size,
                     "metadatas": [Jsonb({})] * size,
                     "over_wires": [False] * size,
+                    "trace_context": None,
                     "groups": [None] * size,
                 },
             ).fetchall()
@@ -184,6 +185,7 @@ def _ops_loop(conninfo: str, n: int, batch: int, lease: float, out) -> None:
                     "delay": 0.0,
                     "run_after": None,
                     "queue_channel": "bench_raw",
+                    "trace_context": None,
                     "group": None,
                     "relaxed": False,
                 },

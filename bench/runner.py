@@ -46,6 +46,8 @@ class Options:
     starters: int = 4  # threads starting operations / enqueuing tasks (as concurrent requests)
     rss_items: int = 200_000
     schedules: int = 1_000
+    io_items: int = 2_000
+    io_seconds: float = 0.05
     history_stopped: int = 1_000_000  # the history section's settled rows (bench/history.py)
     history_scheduled: int = 100_000  # ... and its rows scheduled a day ahead
     sections: tuple[str, ...] = (
@@ -58,6 +60,8 @@ class Options:
         "wire",
         "schedules",
         "rss",
+        "io",
+        "tracing",
         "history",
     )
     log: object = print
@@ -78,6 +82,7 @@ class Options:
             wire_items=40,
             rss_items=2_000,
             schedules=50,
+            io_items=100,
             history_stopped=5_000,
             history_scheduled=500,
             **kw,
@@ -789,6 +794,114 @@ def bench_schedules(opts: Options, db: ThrowawayDatabase, report: Report) -> Non
     report.add("schedules: slots fired", statistics.median(rates), "slots/s")
 
 
+def _drain_once(db: ThrowawayDatabase, queue: str, items: int, args: list[str], *, metadata=None, env=None) -> float:
+    """Items/s for one runworker process draining ``items`` fresh items of ``queue``."""
+    from workqueue.models import WorkItem
+
+    _reset()
+    workers = Workers(db.url, 1, ["--queue", queue, *args], env=env)
+    try:
+        workers.wait_ready()
+        tag = uuid.uuid4().hex[:6]
+        started = time.perf_counter()
+        for base in range(0, items, 10_000):
+            WorkItem.objects.enqueue_many(
+                [
+                    {"queue": queue, "key": f"{tag}-{base + i}", "metadata": metadata or {}}
+                    for i in range(min(10_000, items - base))
+                ]
+            )
+        _wait_drained(queue, timeout=max(120, items / 20))
+        return items / (time.perf_counter() - started)
+    finally:
+        workers.stop()
+
+
+def bench_io(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    """I/O-bound work: items that each wait ``io_seconds``, one process, at default settings:
+    ``async def`` on the event loop (demo.async_io) vs a sync handler on the threads (demo.sleep)."""
+    from workqueue.conf import wq_settings
+
+    meta = {"seconds": str(opts.io_seconds)}
+    conf = wq_settings()
+    ms = f"{opts.io_seconds * 1000:.0f} ms"
+    rates = [_drain_once(db, "demo.async_io", opts.io_items, [], metadata=meta) for _ in range(opts.runs)]
+    report.add(
+        f"I/O-bound: {opts.io_items:,} items awaiting {ms}, async def",
+        statistics.median(rates),
+        "items/s",
+        note=f"1 process, --async-concurrency {conf.async_concurrency} (default)",
+    )
+    rates = [_drain_once(db, "demo.sleep", opts.io_items, [], metadata=meta) for _ in range(opts.runs)]
+    report.add(
+        f"I/O-bound: {opts.io_items:,} items sleeping {ms}, threads",
+        statistics.median(rates),
+        "items/s",
+        note=f"1 process, --concurrency {conf.concurrency} (default)",
+    )
+
+
+# sitecustomize.py for a runworker process: what OpenTelemetry is there (the tracing section).
+_NO_OTEL = """
+import sys
+
+class _NoOpenTelemetry:
+    def find_spec(self, name, path=None, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ModuleNotFoundError(name, name=name)
+        return None
+
+sys.meta_path.insert(0, _NoOpenTelemetry())
+"""
+_OTEL_EXPORTER = """
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+_provider = TracerProvider()
+_provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+trace.set_tracer_provider(_provider)
+metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+"""
+
+
+def bench_tracing(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    """The no-op drain of one process with OpenTelemetry absent, installed with no SDK
+    configured, and configured with the SDK (batch span processor, in-memory exporter)."""
+    variants = (
+        ("absent (import blocked)", _NO_OTEL),
+        ("installed, no exporter", None),
+        ("SDK + exporter", _OTEL_EXPORTER),
+    )
+    rates: dict[str, list[float]] = {name: [] for name, _ in variants}
+    args = ["--batch", str(opts.batch), "--concurrency", str(opts.concurrency)]
+    with tempfile.TemporaryDirectory() as tmp:
+        envs = {}
+        for name, code in variants:
+            if code is None:
+                envs[name] = None
+                continue
+            folder = Path(tmp) / str(len(envs))
+            folder.mkdir()
+            (folder / "sitecustomize.py").write_text(code)
+            envs[name] = {"PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
+        for _ in range(opts.runs):  # interleaved, so a change in the machine's load hits all three
+            for name, _code in variants:
+                rates[name].append(_drain_once(db, "demo.noop", opts.drain_items, args, env=envs[name]))
+    base = statistics.median(rates[variants[0][0]])
+    for name, _code in variants:
+        value = statistics.median(rates[name])
+        report.add(
+            f"tracing: drain, 1 process (no-op), OpenTelemetry {name}",
+            value,
+            "items/s",
+            note=f"{(value / base - 1) * 100:+.1f}% vs absent",
+        )
+
+
 def bench_rss(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
     from workqueue.models import WorkItem
 
@@ -826,6 +939,8 @@ SECTIONS = {
     "wire": bench_wire,
     "schedules": bench_schedules,
     "rss": bench_rss,
+    "io": bench_io,
+    "tracing": bench_tracing,
     "history": bench_history,
 }
 

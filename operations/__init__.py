@@ -32,6 +32,7 @@ _EXPORTS = {
     "Unretryable": ("operations.runner", "Unretryable"),
     "is_unretryable": ("operations.runner", "is_unretryable"),
     "Reporter": ("operations.reporter", "Reporter"),
+    "AsyncReporter": ("operations.reporter", "AsyncReporter"),
     "Attempt": ("operations.reporter", "Attempt"),
     "Operation": ("operations.models", "Operation"),
     "State": ("operations.models", "State"),

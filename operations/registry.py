@@ -9,6 +9,14 @@ Register in an ``AppConfig.ready()`` so every process (web and worker) knows the
         ...
         return operations.Result(uri=...)
 
+``run`` may be an ``async def``: it is awaited on ``runworker``'s event loop, many at once,
+and gets an ``AsyncReporter`` (``await reporter.flush()``; the buffered methods unchanged)::
+
+    @operations.register("images.fetch")
+    async def fetch(request, reporter):
+        async with httpx.AsyncClient() as client:
+            ...
+
 Request types are dataclasses (encoded as their fields; ``start`` also takes a mapping of the
 fields and builds the dataclass) or, with no type, plain JSON values.
 """
@@ -55,6 +63,13 @@ class Definition:
     #: what run returned (or None) and what it raised (or None). Not called when the attempt is
     #: retried or its end could not be recorded. What it raises is logged, never propagated.
     finished: Callable | None = None
+
+    @property
+    def is_async(self) -> bool:
+        """Whether ``run`` is an ``async def`` (awaited on runworker's event loop)."""
+        from workqueue.aio import is_async
+
+        return is_async(self.run)
 
     def delay_after(self, request, attempt_number: int, default: float) -> float:
         """Seconds to wait before retrying after attempt ``attempt_number`` failed."""

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from workqueue import tracing
+
 if TYPE_CHECKING:
     from operations.models import Operation
 
@@ -132,6 +134,8 @@ class Reporter:
         self.flush_errors = 0
         self._closed = False
         self.due = False  # a unit boundary is waiting for the flusher thread
+        # The run's span (workqueue.tracing): each flush adds a progress event to it.
+        self._span = tracing.current_span()
 
     # -- what a run calls ---------------------------------------------------------------
 
@@ -207,7 +211,7 @@ class Reporter:
         if transaction.get_connection(self.using).in_atomic_block or time.monotonic() - self.last_flush < flusher.tick:
             self.due = True
         else:
-            self.flush()
+            self._write()
 
     # -- flushing -----------------------------------------------------------------------
 
@@ -225,6 +229,9 @@ class Reporter:
 
     def flush(self) -> Ack | None:
         """Write buffered progress now (one statement). Never raises."""
+        return self._write()
+
+    def _write(self) -> Ack | None:
         from operations import store
 
         with self._lock:
@@ -259,6 +266,18 @@ class Reporter:
             self.revision, self.cancel_requested = ack
             if self.cancel_requested:
                 self.cancelled.set()
+            if self._span is not None:
+                tracing.add_event(
+                    self._span,
+                    "operations.progress",
+                    {
+                        "operations.units_done": self._units_done,
+                        "operations.units_total": -1 if self._units_total is None else self._units_total,
+                        "operations.count": self._count,
+                        "operations.unit": self._unit,
+                        "operations.message": self._message,
+                    },
+                )
             return Ack(revision=self.revision, cancel_requested=self.cancel_requested, held=True)
 
     def close(self) -> None:
@@ -269,6 +288,27 @@ class Reporter:
         """
         with self._lock:
             self._closed = True
+
+
+class AsyncReporter(Reporter):
+    """The Reporter an ``async def`` run gets.
+
+    The buffered methods are the same and only touch memory, so they never block the event
+    loop; unit boundaries are written by the flusher thread within a tick (never on the
+    loop); ``await reporter.flush()`` writes now, off the loop, and returns what it learned.
+    Test ``reporter.is_cancelled()`` between steps; a cancellation also reaches the run as
+    ``CancelledError`` at its next ``await``. Do not call ``reporter.cancelled.wait()`` (it
+    blocks the loop).
+    """
+
+    def _boundary(self) -> None:
+        self.due = True
+
+    async def flush(self) -> Ack | None:  # type: ignore[override]
+        """Write buffered progress now, off the event loop (one statement). Never raises."""
+        from workqueue.aio import off_loop
+
+        return await off_loop(self._write)
 
 
 class Flusher:
@@ -314,7 +354,7 @@ class Flusher:
                         and reporter.dirty()
                         and (reporter.due or now - reporter.last_flush >= reporter.interval)
                     ):
-                        reporter.flush()
+                        reporter._write()
         finally:
             with self._lock:
                 if self._thread is threading.current_thread():

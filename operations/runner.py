@@ -38,8 +38,9 @@ from operations.conf import ops_settings
 from operations.exceptions import UnknownKind
 from operations.models import Result
 from operations.registry import registry
-from operations.reporter import Attempt, Reporter, flusher
+from operations.reporter import AsyncReporter, Attempt, Reporter, flusher
 from operations.store import Hold
+from workqueue import tracing
 
 log = logging.getLogger("operations.runner")
 
@@ -129,12 +130,19 @@ def attempt_entry(exc: BaseException | None, code: str = "", message: str = "", 
     return entry
 
 
-def handle(item, ctx) -> None:
-    """Run the operation ``item.key`` (the workqueue handler for the operations queues)."""
+def handle(item, ctx):
+    """Run the operation ``item.key`` (the workqueue handler for the operations queues).
+
+    For an ``async def`` kind it returns the coroutine that runs it, which the worker awaits
+    on its event loop (so do ``testing.drain`` and a test's own ``async_to_sync``).
+    """
     conf = ops_settings()
     using = ctx.using
     common = Hold(id=item.key, item_id=item.id, token=item.lease_token)
-    op = store.begin(**common, lease=conf.lease, worker_id=ctx.worker_id, using=using)
+    with tracing.span("operations.begin", {"operations.id": item.key}) as span:
+        op = store.begin(**common, lease=conf.lease, worker_id=ctx.worker_id, using=using)
+        if span is not None:
+            span.set_attribute("operations.begun", op is not None)
     if op is None:
         with transaction.atomic(using=using):
             ended = store.settle_unbegun(**common, using=using)
@@ -149,7 +157,11 @@ def handle(item, ctx) -> None:
         ctx.settled = True
         return
     attempt = Attempt(id=op.id, number=op.attempts, final=op.attempts >= op.max_attempts)
-    reporter = Reporter(
+    try:
+        definition, unknown = registry.get(op.kind), None
+    except UnknownKind as exc:
+        definition, unknown = None, exc
+    reporter = (AsyncReporter if definition is not None and definition.is_async else Reporter)(
         op_id=op.id,
         item_id=item.id,
         token=item.lease_token,
@@ -168,10 +180,8 @@ def handle(item, ctx) -> None:
     if op.cancel_requested:
         reporter.cancel_requested = True
         reporter.cancelled.set()
-    try:
-        definition = registry.get(op.kind)
-    except UnknownKind as exc:
-        _finish(reporter, common, state="failed", code=CODE_UNKNOWN_KIND, message=str(exc), retryable=False)
+    if definition is None:
+        _finish(reporter, common, state="failed", code=CODE_UNKNOWN_KIND, message=str(unknown), retryable=False)
         ctx.settled = True
         return
     try:
@@ -190,27 +200,53 @@ def handle(item, ctx) -> None:
         return
 
     flusher.add(reporter)
-    failure = None
+    if definition.is_async:
+        # The worker awaits this on its event loop; this thread is free at once.
+        return _run_async(definition, request, reporter, op, attempt, common, ctx)
+    failure = result = None
     try:
         result = definition.run(request, reporter)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt...: the attempt failed, like any error
         failure = exc
-    finally:
-        flusher.discard(reporter)
-        reporter.close()
+    _ended(definition, reporter, op, attempt, common, ctx, result, failure)
+
+
+async def _run_async(definition, request, reporter, op, attempt, common, ctx) -> None:
+    """Await an ``async def`` run, then record its end off the loop, exactly as for a sync run."""
+    from workqueue.aio import off_loop
+
+    failure = result = None
+    try:
+        result = await definition.run(request, reporter)
+    except BaseException as exc:  # CancelledError too: a cancel, a lost hold or a shutdown stopped it
+        failure = exc
+    await off_loop(_ended, definition, reporter, op, attempt, common, ctx, result, failure)
+
+
+def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: Hold, ctx, result, failure) -> None:
+    """Record how a run ended (the outcome rules in this module's docstring)."""
+    conf = ops_settings()
+    flusher.discard(reporter)
+    reporter.close()
     if reporter.stopped_by_worker():
         # The worker is shutting down (or gave the item up): whatever the run did on its way
         # out is not an outcome. The worker's release returns the operation to pending.
         log.warning("%s: stopped by its worker; not recorded", op.id)
         return
-    if failure is not None:
-        retryable = not is_unretryable(failure)
-        if isinstance(failure, Unretryable):
-            failure = failure.unwrap()  # what the run raised is what the attempt records
-        delay = definition.delay_after(op.request, attempt.number, conf.retry_delay)
-        state = _failed(reporter, common, failure, attempt, delay, retryable=retryable)
-    else:
-        state = _succeeded(reporter, common, result)
+    with tracing.span(
+        f"operations.finish {op.kind}",
+        {"operations.id": op.id, "operations.kind": op.kind, "operations.attempt": attempt.number},
+    ) as span:
+        if failure is not None:
+            retryable = not is_unretryable(failure)
+            if isinstance(failure, Unretryable):
+                failure = failure.unwrap()  # what the run raised is what the attempt records
+            delay = definition.delay_after(op.request, attempt.number, conf.retry_delay)
+            state = _failed(reporter, common, failure, attempt, delay, retryable=retryable)
+        else:
+            state = _succeeded(reporter, common, result)
+        if span is not None:
+            span.set_attribute("operations.state", state or "released")
     ctx.settled = True
     if state is not None and definition.finished is not None:
         try:

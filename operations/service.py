@@ -23,7 +23,7 @@ from operations.models import TERMINAL_STATES, Operation, State
 from operations.registry import registry
 from workqueue.conf import QUEUE_NAME, wq_settings
 from workqueue.exceptions import InvalidInput
-from workqueue.managers import _aware, _seconds, check_group
+from workqueue.managers import _aware, _current_trace, _seconds, check_group
 from workqueue.models import WorkItem
 
 MAX_PAGE_SIZE = 1000
@@ -94,6 +94,7 @@ def start(
         delay=_seconds(delay, "delay"),
         run_after=_aware(run_after),
         queue_channel=wq_settings().notify_channel,
+        trace_context=_current_trace(),
         group=group,
         using=using,
     )

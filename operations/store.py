@@ -119,10 +119,14 @@ def start(
     delay: float | None,
     run_after: dt.datetime | None,
     queue_channel: str,
+    trace_context: Any = None,
     group: str | None = None,
     using: str = DEFAULT_DB_ALIAS,
 ) -> Operation | None:
-    """``op_start``: the new operation, or None when the id is taken (nothing written)."""
+    """``op_start``: the new operation, or None when the id is taken (nothing written).
+
+    ``trace_context``: the caller's W3C trace context for the work item (``Jsonb`` or None).
+    """
     rows = run(
         "op_start",
         {
@@ -137,6 +141,7 @@ def start(
             "delay": delay,
             "run_after": run_after,
             "queue_channel": queue_channel,
+            "trace_context": trace_context,
             "group": group,
         },
         using=using,

@@ -24,13 +24,16 @@ Beyond Django's API:
 - retries with a ceiling and backoff, per backend (``OPTIONS``) or per task
   (``@task(max_attempts=5, retry_delay=30)``);
 - ``cancel(result)`` asks a task to stop (pending: at once; running: when it looks);
-- a task with ``takes_context=True`` gets ``context.reporter`` (progress, ``is_cancelled()``).
+- a task with ``takes_context=True`` gets ``context.reporter`` (progress, ``is_cancelled()``);
+- an ``async def`` task is awaited on ``runworker``'s event loop, many at once (its reporter
+  an ``AsyncReporter``), instead of one per thread through ``async_to_sync``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import inspect
 import json
 import logging
 from collections.abc import Callable
@@ -409,8 +412,8 @@ def _delay(request, attempt_number: int) -> float:
     return policy.retry_delay_for(attempt_number)
 
 
-def run_task(request: dict, reporter):
-    """Run one stored task: the operation kind's run function."""
+def _prepare(request: dict, reporter):
+    """The task to run, its arguments, and its result marked RUNNING (``task_started`` sent)."""
     import operations
 
     found = import_string(request["task"])  # an ImportError is retried: another worker may have the code
@@ -428,9 +431,13 @@ def run_task(request: dict, reporter):
     task_started.send(type(backend), task_result=result)
     args, kwargs = request.get("args", []), request.get("kwargs", {})
     if task.takes_context:
-        value = task.call(OperationTaskContext(task_result=result, reporter=reporter), *args, **kwargs)
-    else:
-        value = task.call(*args, **kwargs)
+        args = [OperationTaskContext(task_result=result, reporter=reporter), *args]
+    return task, args, kwargs
+
+
+def _returned(value) -> dict:
+    import operations
+
     try:
         value = normalize_json(value)
     except (TypeError, ValueError) as exc:
@@ -439,6 +446,31 @@ def run_task(request: dict, reporter):
         raise operations.Unretryable(exc) from None
     # The runner refuses a result over its 16 KiB limit (failed result_too_large, not retried).
     return {"return_value": value}
+
+
+def run_task(request: dict, reporter):
+    """Run one stored task: the operation kind's run function."""
+    task, args, kwargs = _prepare(request, reporter)
+    return _returned(task.call(*args, **kwargs))
+
+
+async def arun_task(request: dict, reporter):
+    """Run one stored ``async def`` task on runworker's event loop (the kind's run function)."""
+    from workqueue.aio import off_loop
+
+    task, args, kwargs = await off_loop(_prepare, request, reporter)
+    return _returned(await task.func(*args, **kwargs))
+
+
+def _is_async_task(kind: str) -> bool:
+    """Whether the task a kind names is an ``async def`` (a kind that names no task: no)."""
+    if kind == KIND_PREFIX:
+        return False  # a module path too long for a kind name: run it through task.call()
+    try:
+        found = import_string(kind[len(KIND_PREFIX) + 1 :])
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return isinstance(found, Task) and inspect.iscoroutinefunction(found.func)
 
 
 def task_ended(op, state: str, value, exc: BaseException | None) -> None:
@@ -457,4 +489,5 @@ def resolve(kind: str) -> Definition | None:
     """Definitions for task kinds, made on demand (one kind per task function)."""
     if not is_task_kind(kind):
         return None
-    return Definition(kind=kind, run=run_task, retry_delay=_delay, finished=task_ended)
+    run = arun_task if _is_async_task(kind) else run_task
+    return Definition(kind=kind, run=run, retry_delay=_delay, finished=task_ended)

@@ -131,6 +131,8 @@ WORKQUEUE = {
         "demo.fail": {"max_attempts": 3, "retry_delay": 2, "retry_backoff": 2.0},
         "demo.capped": {"max_running": 2},
         "demo.latency": {"lease": 30},
+        "demo.async_sleep": {"lease": 30},
+        "demo.async_io": {"lease": 30},
         # Served to self-hosted workers over the HTTP pull API (docs: README, "Self-hosted workers").
         "tool_exec": {"over_wire": True, "lease": 60},
     },

@@ -247,3 +247,32 @@ def run_command(subprocess_env):
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def otel_providers():
+    """The OpenTelemetry SDK's in-memory span exporter and metric reader, installed once as the
+    process's global providers (OpenTelemetry allows setting them only once)."""
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    return exporter, reader
+
+
+@pytest.fixture
+def otel(otel_providers):
+    """(span exporter, metric reader), the exporter emptied for this test."""
+    exporter, reader = otel_providers
+    exporter.clear()
+    reader.get_metrics_data()  # what earlier tests recorded is collected (counters stay cumulative)
+    return exporter, reader

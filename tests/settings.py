@@ -49,6 +49,11 @@ WORKQUEUE = {
         "test.selfsettle": {"lease": 1.5},
         "test.settled": {"lease": 1.5},
         "test.interrupt": {"max_attempts": 1},
+        # async def handlers (tests/workqueue/test_async_worker.py)
+        "test.async.short": {"lease": 2},
+        "test.async.holdonce": {"lease": 2, "max_attempts": 3},
+        "test.async.block": {"lease": 2, "stall": 1.0, "max_attempts": 3},
+        "test.async.orm": {"lease": 5},
         # flow control (tests/workqueue/test_flow_control.py)
         "test.flow": {"lease": 5},
         "test.grouped": {"lease": 5, "max_running_per_group": 2},

@@ -88,6 +88,7 @@ DEFAULTS: dict[str, object] = {
     "POLL_INTERVAL": 5.0,  # backstop seconds between claim passes when no NOTIFY arrives
     "BATCH": 10,  # items one claim statement takes
     "CONCURRENCY": 4,  # threads running items in one runworker process
+    "ASYNC_CONCURRENCY": 100,  # async def handlers one runworker process runs at once on its event loop
     "SHUTDOWN_GRACE": 30.0,  # seconds running items get to finish after SIGTERM
     # a run whose database connection died is released with its attempt refunded this many
     # times in a row; every later loss in the row costs the attempt (0: every loss costs it)
@@ -138,6 +139,7 @@ _DURATIONS = {
 _COUNTS = {
     "BATCH",
     "CONCURRENCY",
+    "ASYNC_CONCURRENCY",
     "RECOVER_BATCH",
     "REAP_BATCH",
     "FINALIZE_BATCH",
@@ -318,6 +320,7 @@ class WorkqueueSettings:
     controls_cache: float
     batch: int
     concurrency: int
+    async_concurrency: int
     recover_batch: int
     reap_batch: int
     finalize_batch: int

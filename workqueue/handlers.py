@@ -9,6 +9,15 @@ typically in your ``AppConfig.ready()``::
     def send_email(item, ctx):
         ...
 
+A coroutine function (``async def``) is run on the worker's event loop, up to
+``--async-concurrency`` at once, beside the threads that run sync handlers (see
+``workqueue.aio``)::
+
+    @handlers.register("webhooks")
+    async def deliver(item, ctx):
+        async with httpx.AsyncClient() as client:
+            await client.post(item.metadata["url"], content=item.metadata["body"])
+
 ``renews_lease=True`` says the handler keeps its own lease (``operations`` does, through its
 progress flushes), so ``runworker`` runs no lease keeper for it.
 """
@@ -18,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from workqueue.aio import is_async
 from workqueue.conf import QUEUE_NAME
 from workqueue.exceptions import HandlerError
 
@@ -27,6 +37,8 @@ class Handler:
     queue: str
     fn: Callable
     renews_lease: bool = False
+    #: A coroutine function: runworker runs it on its event loop, not on a thread.
+    is_async: bool = False
 
 
 _registry: dict[str, Handler] = {}
@@ -46,7 +58,7 @@ def register(queue: str, fn: Callable | None = None, *, renews_lease: bool = Fal
                 f"queue {queue!r} already has a handler ({existing.fn.__module__}.{existing.fn.__qualname__}); "
                 "one queue has exactly one handler"
             )
-        _registry[queue] = Handler(queue, fn, renews_lease)
+        _registry[queue] = Handler(queue, fn, renews_lease, is_async(fn))
         return fn
 
     return add(fn) if fn is not None else add

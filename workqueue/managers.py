@@ -22,7 +22,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
 
-from workqueue import controls, hooks, sql
+from workqueue import controls, hooks, sql, tracing
 from workqueue.conf import QUEUE_NAME, wq_settings
 from workqueue.exceptions import InvalidInput, LeaseLost, UnknownEnvironment
 from workqueue.items import (  # noqa: F401  (the metadata limits live with the item; re-exported)
@@ -174,6 +174,12 @@ def _env_id(environment) -> str | None:
     return env_id
 
 
+def _current_trace() -> Jsonb | None:
+    """The caller's W3C trace context for a new item (None without OpenTelemetry or a span)."""
+    found = tracing.inject()
+    return Jsonb(found) if found is not None else None
+
+
 class WorkItemManager(models.Manager):
     """The queue's core verbs. Each is one statement; see ``sql/queries.sql`` for the SQL."""
 
@@ -226,7 +232,7 @@ class WorkItemManager(models.Manager):
                 "attempts": int(attempts),
                 "max_attempts": max_attempts,
                 "metadata": Jsonb(validate_metadata(metadata)),
-                "trace_context": Jsonb(trace_context) if trace_context is not None else None,
+                "trace_context": Jsonb(trace_context) if trace_context is not None else _current_trace(),
                 "over_wire": conf.over_wire,
                 "channel": wq_settings().notify_channel,
                 "group": check_group(group),
@@ -306,7 +312,7 @@ class WorkItemManager(models.Manager):
             if env_ids - known:
                 raise UnknownEnvironment(sorted(env_ids - known)[0])
         with transaction.atomic(using=self.db, savepoint=False):
-            rows = sql.run("item_enqueue_many", cols, using=self.db)
+            rows = sql.run("item_enqueue_many", {**cols, "trace_context": _current_trace()}, using=self.db)
             sql.run(
                 "queue_notify",
                 {"channel": settings.notify_channel, "queues": sorted(set(cols["queues"]))},

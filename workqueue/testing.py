@@ -8,14 +8,17 @@
         assert testing.drain(["emails"]) == 1      # runs the handler here, now
 
 ``drain`` runs handlers inline, in the calling thread and its transaction (no runworker, no
-threads, no leases renewed), settling items exactly as a worker would.
+threads, no leases renewed), settling items exactly as a worker would. An ``async def``
+handler is awaited there (``async_to_sync``), its ORM calls back on the calling thread.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from urllib.parse import quote
 
+from asgiref.sync import async_to_sync
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from workqueue import handlers as registry
@@ -42,7 +45,11 @@ def drain(queues: Iterable[str] | None = None, *, limit: int = 10_000, using: st
                 raise LookupError(f"no handler registered for queue {item.queue!r}")
             ctx = Context(item, None, "testing.drain", using)
             try:
-                handler.fn(item, ctx)
+                returned = handler.fn(item, ctx)
+                if inspect.isawaitable(returned):
+                    # An async handler (or an async operation/task): awaited here, its
+                    # thread-sensitive calls (the ORM's async methods) back on this thread.
+                    async_to_sync(_await)(returned)
             except LeaseLost:
                 pass
             except Exception as exc:
@@ -56,6 +63,10 @@ def drain(queues: Iterable[str] | None = None, *, limit: int = 10_000, using: st
                         pass  # the handler settled it in a transaction whose on_commit has not run
             ran += 1
     return ran
+
+
+async def _await(awaitable):
+    return await awaitable
 
 
 def assert_enqueued(queue: str, key: str | None = None, *, using: str = DEFAULT_DB_ALIAS) -> WorkItem:

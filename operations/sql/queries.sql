@@ -37,7 +37,7 @@ item AS (
     {item_insert:(
         SELECT ins.queue, ins.id AS key, NULL::text AS environment_id, ins.priority,
                coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)) AS run_after,
-               0 AS attempts, ins.max_attempts, jsonb_build_object() AS metadata, NULL::jsonb AS trace_context,
+               0 AS attempts, ins.max_attempts, jsonb_build_object() AS metadata, %(trace_context)s::jsonb AS trace_context,
                false AS wire, %(group)s::text AS group_key
         FROM ins
     )}

@@ -5,10 +5,15 @@
   each tenth of a second and stopping early when cancelled;
 - ``demo.fail`` raises, so retries and final failures show in the admin;
 - ``demo.capped`` sleeps like ``demo.sleep`` on a queue capped at 2 running fleet-wide;
+- ``demo.async_sleep`` (``async def``) awaits ``asyncio.sleep(seconds)`` (metadata, default 1),
+  reporting progress at each step: hundreds run at once on one process's event loop;
+- ``demo.async_io`` (``async def``) awaits ``asyncio.sleep(seconds)`` once and does nothing
+  else — the benchmark's I/O-bound probe, beside ``demo.sleep`` on threads;
 - ``demo.latency`` appends how long ago its item was enqueued (metadata ``t0``, epoch
   seconds) to the file named by ``BENCH_LATENCY_FILE`` — the benchmark's wake-up probe.
 """
 
+import asyncio
 import os
 import time
 
@@ -48,3 +53,23 @@ def latency(item, ctx):
     if path and "t0" in item.metadata:
         with open(path, "a") as out:
             out.write(f"{item.key} {started - float(item.metadata['t0']):.6f}\n")
+
+
+def _seconds(item, default: float = 1.0) -> float:
+    try:
+        return float(item.metadata.get("seconds", default))
+    except ValueError:
+        return default
+
+
+@handlers.register("demo.async_sleep")
+async def async_sleep(item, ctx):
+    deadline = time.monotonic() + _seconds(item)
+    while (left := deadline - time.monotonic()) > 0:
+        await asyncio.sleep(min(0.5, left))  # a cancel (lease lost, stall, stop) lands here
+        ctx.progress()
+
+
+@handlers.register("demo.async_io")
+async def async_io(item, ctx):
+    await asyncio.sleep(_seconds(item, 0.05))

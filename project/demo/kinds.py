@@ -5,9 +5,11 @@
 - ``demo.flaky``: fails its first ``failures`` attempts, then succeeds;
 - ``demo.doomed``: fails for good with its own code;
 - ``demo.bundle``: a batch's ``then``: reads the batch and its children's results;
-- ``demo.step``: a chain step: carries the previous step's total on.
+- ``demo.step``: a chain step: carries the previous step's total on;
+- ``demo.async_fetch``: an ``async def`` kind, run on the worker's event loop.
 """
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -87,3 +89,17 @@ def step(request, reporter: operations.Reporter):
     reporter.say("%s: %d + %d", (request or {}).get("name", "step"), before, int((request or {}).get("add", 1)))
     time.sleep(float((request or {}).get("seconds", 1.0)))
     return {"total": before + int((request or {}).get("add", 1))}
+
+
+@operations.register("demo.async_fetch", count_label="pages")
+async def async_fetch(request, reporter: operations.AsyncReporter):
+    """An ``async def`` kind: awaits ``pages`` fake fetches of ``seconds`` each, many at once per worker."""
+    pages = int((request or {}).get("pages", 5))
+    reporter.set_units(pages)
+    for n in range(1, pages + 1):
+        reporter.start_unit(f"page-{n}")
+        await asyncio.sleep(float((request or {}).get("seconds", 0.5)))  # a cancel lands here
+        reporter.advance(1)
+        reporter.finish_unit()
+    await reporter.flush()
+    return {"pages": pages}

@@ -1,5 +1,6 @@
 """Demo ``@task``s, written exactly as Django's documentation writes them."""
 
+import asyncio
 import time
 
 try:
@@ -31,3 +32,10 @@ def crunch(context, rows):
         reporter.advance(100)
         reporter.finish_unit()
     return {"rows": rows, "attempt": context.attempt}
+
+
+@task
+async def fetch_title(url):
+    """An ``async def`` task: awaited on the worker's event loop, many at once."""
+    await asyncio.sleep(0.5)  # stands for an HTTP request (httpx.AsyncClient, aiohttp...)
+    return {"url": url, "title": f"Title of {url}"}

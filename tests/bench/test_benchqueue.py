@@ -18,6 +18,11 @@ SECTIONS = (
     "schedules: 50 due at once, 2 workers, fire all",
     "schedules: slots fired",
     "worker RSS after draining",
+    "I/O-bound: 100 items awaiting 50 ms, async def",
+    "I/O-bound: 100 items sleeping 50 ms, threads",
+    "tracing: drain, 1 process (no-op), OpenTelemetry absent (import blocked)",
+    "tracing: drain, 1 process (no-op), OpenTelemetry installed, no exporter",
+    "tracing: drain, 1 process (no-op), OpenTelemetry SDK + exporter",
 )
 
 

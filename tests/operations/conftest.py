@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import connections
 
 from operations import reporter as reporter_mod
@@ -48,9 +49,15 @@ def run_next(worker_id: str = "inline", queue: str = "operations") -> Item | Non
     if item is None:
         return None
     ctx = Context(item, None, worker_id, "default")
-    runner.handle(item, ctx)
+    returned = runner.handle(item, ctx)
+    if returned is not None:  # an async def kind: awaited here, as testing.drain does
+        async_to_sync(_await)(returned)
     assert ctx.settled
     return item
+
+
+async def _await(awaitable):
+    return await awaitable
 
 
 def run_to_end(op_id: str, *, limit: int = 20) -> Operation:

@@ -207,3 +207,95 @@ def _flow(item, ctx):
 
 for _queue in ("test.flow", "test.grouped", "test.rated", "test.grouped.lapse"):
     handlers.register(_queue, _flow)
+
+
+# -- async def handlers (issue 15), run on runworker's event loop -------------------------------
+#
+# - test.async.short: records Sample "started:<key>" (the ORM's async method), awaits
+#   metadata["seconds"] (default 0.5) in small steps reporting progress, then records a
+#   Completion and completes the item in one transaction (sync_to_async). Cancelled: records
+#   Sample "cancelled:<key>" and lets the cancellation go on.
+# - test.async.holdonce: attempt 1 awaits until it is cancelled (a worker to kill mid-run);
+#   later attempts record and complete.
+# - test.async.block: attempt 1 blocks the loop without awaiting for metadata["block"]
+#   seconds (longer than the queue's stall budget), then awaits: that await is where it is
+#   cancelled. Later attempts record and complete.
+
+
+def _record_and_complete(item, ctx):
+    with transaction.atomic():
+        _record(item, ctx)
+        ctx.complete()
+
+
+@handlers.register("test.async.short")
+async def async_short(item, ctx):
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    await Sample.objects.acreate(name=f"started:{item.key}", value=ctx.attempt)
+    deadline = time.monotonic() + float(item.metadata.get("seconds", "0.5"))
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(0.05, left))
+            ctx.progress()
+    except asyncio.CancelledError:
+        await Sample.objects.acreate(name=f"cancelled:{item.key}", value=ctx.attempt)
+        raise
+    await sync_to_async(_record_and_complete)(item, ctx)
+
+
+@handlers.register("test.async.holdonce")
+async def async_holdonce(item, ctx):
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    if ctx.attempt == 1:
+        await Sample.objects.acreate(name=f"started:{item.key}", value=ctx.attempt)
+        while True:
+            await asyncio.sleep(0.05)
+            ctx.progress()
+    await sync_to_async(_record_and_complete)(item, ctx)
+
+
+@handlers.register("test.async.block")
+async def async_block(item, ctx):
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    if ctx.attempt == 1:
+        await Sample.objects.acreate(name=f"started:{item.key}", value=ctx.attempt)
+        time.sleep(float(item.metadata.get("block", "3")))  # no await: the whole loop waits
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await Sample.objects.acreate(name=f"cancelled:{item.key}", value=ctx.attempt)
+            raise
+        return
+    await sync_to_async(_record_and_complete)(item, ctx)
+
+
+def _backend_pid() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        return cur.fetchone()[0]
+
+
+@handlers.register("test.async.orm")
+async def async_orm(item, ctx):
+    """The ORM from an async handler, the documented ways: which database session served each
+    thread-sensitive call (Sample "orm1:<key>", "orm2:<key>": backend pids), and an async method."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    first = await sync_to_async(_backend_pid)()
+    await asyncio.sleep(float(item.metadata.get("seconds", "1")))  # the others run meanwhile
+    second = await sync_to_async(_backend_pid)()
+    await Sample.objects.acreate(name=f"orm1:{item.key}", value=first)
+    await Sample.objects.acreate(name=f"orm2:{item.key}", value=second)

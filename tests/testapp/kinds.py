@@ -259,3 +259,46 @@ def chain_add(request, reporter):
     previous = reporter.previous
     before = previous.result.detail["total"] if previous is not None else 0
     return {"total": before + int(request.get("add", 1)), "previous": previous.id if previous else None}
+
+
+# -- async def kinds (issue 15) ---------------------------------------------------------------
+#
+# - test.ops.async_wait: records Sample "async-op-started:<id>", then awaits ``seconds``
+#   (default 1) in ten steps, advancing the count; ``await reporter.flush()`` at the end.
+# - test.ops.async_hold: advances every 50 ms until ``seconds`` (default 30) pass; never looks
+#   at ``is_cancelled()``: a cancellation reaches it as CancelledError at an await.
+# - test.ops.async_flaky: fails its first attempt with Fail("flaky"), then succeeds.
+
+
+@operations.register("test.ops.async_wait", count_label="steps")
+async def async_wait(request, reporter):
+    import asyncio
+
+    await Sample.objects.acreate(name=f"async-op-started:{reporter.attempt.id}", value=reporter.attempt.number)
+    seconds = float((request or {}).get("seconds", 1))
+    reporter.set_units(10)
+    for _ in range(10):
+        await asyncio.sleep(seconds / 10)
+        reporter.advance(1)
+        reporter.finish_unit()
+    ack = await reporter.flush()
+    return {"flushed": ack is not None and ack.held, "count": 10}
+
+
+@operations.register("test.ops.async_hold", count_label="ticks")
+async def async_hold(request, reporter):
+    import asyncio
+
+    await Sample.objects.acreate(name=f"async-op-started:{reporter.attempt.id}", value=reporter.attempt.number)
+    deadline = time.monotonic() + float((request or {}).get("seconds", 30))
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        reporter.advance(1)
+    return {"stopped": "deadline"}
+
+
+@operations.register("test.ops.async_flaky", max_attempts=3)
+async def async_flaky(request, reporter):
+    if reporter.attempt.number == 1:
+        raise operations.Fail("flaky", "attempt %d failed", reporter.attempt.number)
+    return {"attempt": reporter.attempt.number}

@@ -138,3 +138,19 @@ def check_context(context, attempt):
 @task(takes_context=True)
 def get_task_id(context):
     return context.task_result.id
+
+
+@task
+async def async_slow_add(a, b):
+    import asyncio
+
+    await asyncio.sleep(0.3)
+    return a + b
+
+
+@task(takes_context=True)
+async def async_with_context(context, rows):
+    context.reporter.set_units(1)
+    context.reporter.advance(rows)
+    context.reporter.finish_unit()
+    return {"attempt": context.attempt, "result_id": context.task_result.id}

@@ -30,14 +30,15 @@ RETURNING {item}, (xmax = 0) AS created, pg_notify(%(channel)s, w.queue);
 
 
 -- name: item_enqueue_many
--- enqueue for a batch in one statement: rows come in as parallel arrays. Duplicate keys
+-- enqueue for a batch in one statement: rows come in as parallel arrays (the caller's trace
+-- context, one for the whole batch, as a scalar). Duplicate keys
 -- inside one batch are collapsed first (ON CONFLICT cannot touch a row twice); rows are
 -- inserted in the batch's order, so ids (the claim's tie-breaker) keep FIFO. The caller
 -- checks environments beforehand, so the join here only reads their kinds.
 -- (ROWS keeps its ORDER BY: a sorted subquery is not flattened, so rows go in in that order.)
 {item_insert:(
     SELECT b.queue, b.key, b.environment_id, b.priority, now() + make_interval(secs => b.delay) AS run_after,
-           0 AS attempts, b.max_attempts, b.metadata, NULL::jsonb AS trace_context,
+           0 AS attempts, b.max_attempts, b.metadata, %(trace_context)s::jsonb AS trace_context,
            coalesce(e.kind = 'self_hosted' AND b.over_wire, false) AS wire, b.group_key
     FROM (
         SELECT DISTINCT ON (u.queue, u.key) u.*

@@ -6,7 +6,8 @@ One process, in parts (each module reads on its own):
   runner pool; a pass that filled its batch goes straight round, otherwise it waits for
   "notified, or capacity freed, or poll interval, or stop". Rides out database outages.
 - ``runners``: the runner pool (``concurrency`` threads) that calls the handlers, behind the
-  small ``RunnerPool`` interface.
+  small ``RunnerPool`` interface; beside it, ``workqueue.aio.AsyncRunnerPool``, one event loop
+  awaiting ``async def`` handlers (up to ``async_concurrency`` at once), claimed for separately.
 - ``outcome``: ``outcome_of(exc)``, the one table from a handler's ending to what happens to
   its item (complete, retry, fail, release, lost). Pure.
 - ``settler``: records endings; completes finished items in batches on its own thread.
@@ -33,6 +34,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from workqueue import controls
 from workqueue import handlers as registry
 from workqueue import listener as listener_mod
+from workqueue.aio import AsyncRunnerPool
 from workqueue.conf import wq_settings
 from workqueue.lease import LeaseKeeper
 from workqueue.worker.claim_loop import ClaimLoop
@@ -68,6 +70,7 @@ def default_worker_id() -> str:
 class WorkerOptions:
     queues: list[str] = field(default_factory=list)
     concurrency: int | None = None
+    async_concurrency: int | None = None  # async def handlers at once on the event loop
     batch: int | None = None
     poll: float | None = None
     max_items: int | None = None
@@ -104,9 +107,22 @@ class Worker:
         # it has started, so runners never sit idle while a claim is on the wire.
         self.max_inflight = max(self.batch, self.concurrency) + max(1, self.batch // 2)
         self.refill_at = self.max_inflight - max(1, self.batch // 2)
+        # async def handlers run on an event loop (workqueue.aio), their queues claimed for separately.
+        self.loop_queues = [q for q in self.queues if (h := registry.get(q)) is not None and h.is_async]
+        self.async_concurrency = options.async_concurrency or conf.async_concurrency
+        # The loop claims again once a quarter of its slots are free: a claim per few items
+        # finished would cost more than the items (these runs are short waits, many at once).
+        loop_refill_at = self.async_concurrency - max(1, self.async_concurrency // 4)
         self.keeper = LeaseKeeper(using=self.using)
         self.wake = listener_mod.Signal()
-        self.ledger = Ledger(self.keeper, self.wake, max_inflight=self.max_inflight, refill_at=self.refill_at)
+        self.ledger = Ledger(
+            self.keeper,
+            self.wake,
+            max_inflight=self.max_inflight,
+            refill_at=self.refill_at,
+            max_on_loop=self.async_concurrency,
+            loop_refill_at=loop_refill_at,
+        )
         self.shutdown = Shutdown(grace=self.grace, wake=self.wake)
         self.settler = Settler(self.ledger, using=self.using, batch=self.batch)
         runs = Runs(
@@ -118,6 +134,10 @@ class Worker:
             using=self.using,
         )
         self.pool: RunnerPool = ThreadRunnerPool(runs, self.concurrency)
+        self._runs = runs
+        self._loop_pool: AsyncRunnerPool | None = None
+        self._loop_lock = threading.Lock()
+        runs.loop = self.loop_pool
         self.claim_loop = ClaimLoop(
             queues=self.queues,
             worker_id=self.worker_id,
@@ -131,6 +151,8 @@ class Worker:
             pool=self.pool,
             wake=self.wake,
             stopping=self.shutdown.stopping,
+            loop_queues=self.loop_queues,
+            loop_pool=self.loop_pool,
         )
         self._queue_set = set(self.queues)
         self._listen_token: int | None = None
@@ -160,6 +182,14 @@ class Worker:
     def claims(self) -> int:
         return self.claim_loop.claims
 
+    def loop_pool(self) -> AsyncRunnerPool:
+        """The event-loop pool, started on first use (async queues, or a run handed on to it)."""
+        with self._loop_lock:
+            if self._loop_pool is None:
+                self._loop_pool = AsyncRunnerPool(self._runs, self.async_concurrency)
+                self._loop_pool.start()
+            return self._loop_pool
+
     def request_stop(self) -> None:
         """Stop claiming and drain (what the first SIGTERM does)."""
         self.shutdown.request_stop()
@@ -176,12 +206,15 @@ class Worker:
         listener = listener_mod.shared()
         self._listen_token = listener.subscribe(wq_settings().notify_channel, self._on_notify)
         self.pool.start()
+        if self.loop_queues:
+            self.loop_pool()
         self.settler.start()
         log.info(
-            "worker %s serving %s (concurrency %d, batch %d, poll %.1fs)",
+            "worker %s serving %s (concurrency %d%s, batch %d, poll %.1fs)",
             self.worker_id,
             ", ".join(self.queues),
             self.concurrency,
+            f", async concurrency {self.async_concurrency}" if self.loop_queues else "",
             self.batch,
             self.poll,
         )
@@ -196,7 +229,8 @@ class Worker:
         self.shutdown.stopping.set()
         if self._listen_token is not None:
             listener_mod.shared().unsubscribe(self._listen_token)
-        self.shutdown.drain(pool=self.pool, settler=self.settler, ledger=self.ledger, keeper=self.keeper)
+        pools = [self.pool] if self._loop_pool is None else [self.pool, self._loop_pool]
+        self.shutdown.drain(pools=pools, settler=self.settler, ledger=self.ledger, keeper=self.keeper)
         self.keeper.close()
         try:
             self.claim_loop.beat("stopped", force=True)

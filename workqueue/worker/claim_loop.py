@@ -1,7 +1,8 @@
 """The claim loop: the worker's main thread.
 
-Each pass: a heartbeat and maintenance when due, then claim up to the free capacity in one
-short transaction and hand the items to the runner pool. A pass that filled its batch goes
+Each pass: a heartbeat and maintenance when due, then, per lane (the runner threads' queues,
+and the event loop's ``async def`` queues), claim up to that lane's free capacity in one short
+transaction and hand the items to its runner pool. A pass that filled its batch goes
 straight round; otherwise wait for "notified, or capacity freed, or poll interval, or stop".
 A database outage (or a bug in a hook or a statement) is logged and ridden out with backoff:
 a worker that exits on it would be restarted by its supervisor into the same error.
@@ -14,6 +15,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from django.db import connections
 
@@ -45,8 +47,17 @@ class ClaimLoop:
         pool: RunnerPool,
         wake: Signal,
         stopping: threading.Event,
+        loop_queues: list[str] | None = None,
+        loop_pool: Callable[[], RunnerPool] | None = None,
     ):
-        self.queues = queues
+        self.queues = queues  # every queue served (the heartbeat lists them)
+        # (queues, pool, on_loop): the threads' lane, then the event loop's.
+        on_loop = set(loop_queues or [])
+        self.lanes: list[tuple[list[str], Callable[[], RunnerPool], bool]] = []
+        if [q for q in queues if q not in on_loop]:
+            self.lanes.append(([q for q in queues if q not in on_loop], lambda: pool, False))
+        if on_loop and loop_pool is not None:
+            self.lanes.append(([q for q in queues if q in on_loop], loop_pool, True))
         self.worker_id = worker_id
         self.using = using
         self.poll = poll
@@ -110,9 +121,16 @@ class ClaimLoop:
             self.wake.wait(timeout)
 
     def claim_pass(self) -> tuple[int, int]:
-        """Claim up to the free capacity; return (claimed, asked)."""
+        """Claim up to each lane's free capacity; return (claimed, asked) over the lanes."""
         self._flow_retry = None
-        free = self.ledger.free()
+        claimed = asked = 0
+        for queues, pool, on_loop in self.lanes:
+            got, want = self._claim_lane(queues, pool, on_loop)
+            claimed, asked = claimed + got, asked + want
+        return claimed, asked
+
+    def _claim_lane(self, queues: list[str], pool: Callable[[], RunnerPool], on_loop: bool) -> tuple[int, int]:
+        free = self.ledger.free(on_loop=on_loop)
         if free and self.max_items is not None:
             free = min(free, self.max_items - self.ledger.processed - self.ledger.inflight)
         if free <= 0:
@@ -120,23 +138,23 @@ class ClaimLoop:
         from workqueue.models import WorkItem
 
         result = WorkItem.objects.db_manager(self.using).claim(
-            self.queues, limit=free, worker_id=self.worker_id, relaxed=True
+            queues, limit=free, worker_id=self.worker_id, relaxed=True
         )
         self.claims += 1
         if result.flow and len(result.items) < free:
             # Short on the flow path: a limit may be holding due work back. Look again at
             # once if this claim took some, else when the limit frees a start.
-            self._flow_retry = (
-                0.0
-                if result.items
-                else controls.flow_wait([wq_settings().queue(q) for q in self.queues], using=self.using)
+            wait = (
+                0.0 if result.items else controls.flow_wait([wq_settings().queue(q) for q in queues], using=self.using)
             )
+            if wait is not None:  # the soonest any lane's limit frees a start
+                self._flow_retry = wait if self._flow_retry is None else min(self._flow_retry, wait)
         for item in result.settled:
             log.warning("%r spent its %d attempts on lapsed leases; failed", item, item.max_attempts)
         if result.items:
             holds = self._hold(result.items)
-            self.ledger.claimed(holds)
-            self.pool.submit(holds)
+            self.ledger.claimed(holds, on_loop=on_loop)
+            pool().submit(holds)
         return len(result.items), free
 
     def _hold(self, items: list[Item]) -> list[Hold]:

@@ -20,7 +20,9 @@ class Context:
       between steps and stop early.
     - ``progress()``: report a real step of work (feeds the stall budget).
     - ``complete()`` / ``fail()`` / ``requeue()``: settle the item yourself, e.g. inside your
-      own ``transaction.atomic()`` so the settlement commits with your writes.
+      own ``transaction.atomic()`` so the settlement commits with your writes. An ``async def``
+      handler awaits ``acomplete()`` / ``afail()`` / ``arequeue()``, or calls the plain ones
+      inside a function it runs with ``sync_to_async`` (its transaction and all).
     """
 
     __slots__ = ("_cancelled", "_hold", "_settling", "item", "settled", "using", "worker_id")
@@ -116,3 +118,21 @@ class Context:
         from workqueue.models import WorkItem
 
         self._settle(lambda: WorkItem.objects.db_manager(self.using).requeue(self.item))
+
+    async def acomplete(self, outcome: str = "succeeded") -> None:
+        """``complete()`` for an async handler."""
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.complete)(outcome)
+
+    async def afail(self, error: str, *, permanent: bool = False, delay: float | None = None) -> str:
+        """``fail()`` for an async handler."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.fail)(error, permanent=permanent, delay=delay)
+
+    async def arequeue(self) -> None:
+        """``requeue()`` for an async handler."""
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.requeue)()

@@ -4,6 +4,11 @@ Every claimed item is tracked by its ``Hold`` (one per claim), never by the item
 worker can claim an item again while an old run of it still goes on (its lease lapsed, or an
 operator requeued it). A hold enters at the claim (``claimed``), is running while a handler
 has it (``start`` .. ``stopped``) and leaves once (``finished`` or ``given_back``).
+
+Two lanes share the ledger: the runner threads and the event loop (``async def`` handlers,
+``workqueue.aio``). Each has its own capacity, so a full loop never stops the threads from
+claiming and the other way round; ``to_loop`` moves a run whose sync handler handed its work
+on as a coroutine (an async operation or task) from the threads' lane to the loop's.
 """
 
 from __future__ import annotations
@@ -17,31 +22,71 @@ from workqueue.worker.context import Context
 
 
 class Ledger:
-    def __init__(self, keeper: LeaseKeeper, wake: Signal, *, max_inflight: int, refill_at: int):
+    def __init__(
+        self,
+        keeper: LeaseKeeper,
+        wake: Signal,
+        *,
+        max_inflight: int,
+        refill_at: int,
+        max_on_loop: int = 0,
+        loop_refill_at: int = 0,
+    ):
         self.keeper = keeper
         self.wake = wake  # set when capacity frees up: the claim loop claims again
-        self.max_inflight = max_inflight
+        self.max_inflight = max_inflight  # the threads' lane
         self.refill_at = refill_at
+        self.max_on_loop = max_on_loop  # the event loop's lane
+        self.loop_refill_at = loop_refill_at
         self._lock = threading.Lock()
         self._holds: set[Hold] = set()  # claimed and not yet accounted for
         self._running: dict[Hold, Context] = {}
-        self.inflight = 0
+        self.inflight = 0  # every claim not yet accounted for, both lanes
+        self.on_loop = 0  # of which the event loop's
+        self._loop_holds: set[Hold] = set()
         self.processed = 0
         self.succeeded = 0
         self.failed = 0
         self.lost = 0
 
-    def free(self) -> int:
-        """How many items the claim loop may claim now (0 until half a batch has started)."""
+    def free(self, *, on_loop: bool = False) -> int:
+        """How many items the claim loop may claim now for a lane (0 until half a batch has started)."""
         with self._lock:
-            if self.inflight > self.refill_at:
+            if on_loop:
+                return self.max_on_loop - self.on_loop if self.on_loop <= self.loop_refill_at else 0
+            threads = self.inflight - self.on_loop
+            if threads > self.refill_at:
                 return 0
-            return self.max_inflight - self.inflight
+            return self.max_inflight - threads
 
-    def claimed(self, holds: list[Hold]) -> None:
+    def claimed(self, holds: list[Hold], *, on_loop: bool = False) -> None:
         with self._lock:
             self.inflight += len(holds)
             self._holds.update(holds)
+            if on_loop:
+                self.on_loop += len(holds)
+                self._loop_holds.update(holds)
+
+    def to_loop(self, hold: Hold) -> None:
+        """A thread's run goes on as a coroutine on the event loop: its slot moves lanes."""
+        with self._lock:
+            if hold not in self._holds or hold in self._loop_holds:
+                return
+            self._loop_holds.add(hold)
+            self.on_loop += 1
+            refill = self.inflight - self.on_loop <= self.refill_at
+        if refill:
+            self.wake.set()
+
+    def _leave(self, hold: Hold) -> bool:
+        """Drop ``hold`` from its lane (under the lock); whether that lane should claim again."""
+        self._holds.discard(hold)
+        self.inflight -= 1
+        if hold in self._loop_holds:
+            self._loop_holds.discard(hold)
+            self.on_loop -= 1
+            return self.on_loop <= self.loop_refill_at
+        return self.inflight - self.on_loop <= self.refill_at
 
     def start(self, hold: Hold, context: Callable[[], Context]) -> Context | None:
         """Mark ``hold`` running with a new context, unless it was cancelled while it waited."""
@@ -68,14 +113,12 @@ class Ledger:
         with self._lock:
             if hold not in self._holds:
                 return
-            self._holds.discard(hold)
-            self.inflight -= 1
+            refill = self._leave(hold)
             self.processed += 1
             if ok:
                 self.succeeded += 1
             else:
                 self.failed += 1
-            refill = self.inflight <= self.refill_at
         self.keeper.drop(hold)
         if refill:
             self.wake.set()
@@ -100,6 +143,5 @@ class Ledger:
         """Forget a claim released without running (not counted as processed)."""
         with self._lock:
             if hold in self._holds:
-                self._holds.discard(hold)
-                self.inflight -= 1
+                self._leave(hold)
         self.keeper.drop(hold)

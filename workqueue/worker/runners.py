@@ -8,23 +8,28 @@ each through the same three steps, whatever it runs them on:
 2. call the handler with ``(item, ctx)``, catching whatever it raises;
 3. ``Runs.end(hold, ctx, exc)``: the settler decides and records what that ending means.
 
-``ThreadRunnerPool`` runs ``concurrency`` threads, each with its own connection. Another pool
-(an asyncio loop awaiting ``async def`` handlers, say) implements ``RunnerPool`` and calls
-the same ``begin`` / ``end``: those are synchronous and use the calling thread's connection,
-so an event loop runs them in a worker thread (``asyncio.to_thread``). ``take_waiting`` hands
-back what was submitted but not begun (shutdown releases it); ``stop`` ends the pool.
+``ThreadRunnerPool`` runs ``concurrency`` threads, each with its own connection.
+``workqueue.aio.AsyncRunnerPool`` awaits ``async def`` handlers on an event loop and calls the
+same ``begin`` / ``end`` (off the loop whenever they may write). A sync handler that returns an
+awaitable (an ``async def`` operation kind or task) hands its run on to the loop
+(``Runs.to_loop``) and frees its thread. ``take_waiting`` hands back what was submitted but not
+begun (shutdown releases it); ``stop`` ends the pool.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import queue as stdqueue
 import threading
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import connections
 
 from workqueue import handlers as registry
+from workqueue import tracing
 from workqueue.handlers import Handler
 from workqueue.lease import Hold, LeaseKeeper
 from workqueue.worker.context import Context
@@ -70,6 +75,8 @@ class Runs:
         self.draining = draining
         self.worker_id = worker_id
         self.using = using
+        #: Returns the worker's event-loop pool (started on first use); set by the Worker.
+        self.loop: Callable[[], Any] | None = None
 
     def begin(self, hold: Hold, connection: BaseDatabaseWrapper | None = None) -> tuple[Handler, Context] | None:
         """Get ``hold``'s item ready to run; None if it must not run (already accounted for).
@@ -99,8 +106,19 @@ class Runs:
             self.keeper.drop(hold)
         return handler, ctx
 
-    def end(self, hold: Hold, ctx: Context, exc: BaseException | None) -> None:
-        self.settler.ending(hold, ctx, exc)
+    def end(self, hold: Hold, ctx: Context, exc: BaseException | None) -> str:
+        """Record how the run ended; return the outcome its span records."""
+        if isinstance(exc, asyncio.CancelledError) and hold.is_cancelled():
+            # A coroutine cancelled because its hold was (lease lost, stall, stop, shutdown)
+            # stopped, like a sync handler that returns after it was cancelled.
+            exc = None
+        return self.settler.ending(hold, ctx, exc)
+
+    def to_loop(self, hold: Hold, ctx: Context, awaitable, traced) -> None:
+        """Await ``awaitable`` (what a sync handler returned) on the event loop as the rest of the run."""
+        assert self.loop is not None, "the Worker gives its Runs an event-loop pool"
+        self.ledger.to_loop(hold)
+        self.loop().resume(hold, ctx, awaitable, traced)
 
     def crashed(self, hold: Hold) -> None:
         """A runner's own error around ``hold``: never leave the item counted in flight."""
@@ -166,12 +184,18 @@ class ThreadRunnerPool:
         if started is None:
             return
         handler, ctx = started
+        traced = tracing.start_run(hold.item, self.runs.worker_id)
         exc: BaseException | None = None
         try:
-            handler.fn(hold.item, ctx)
+            returned = handler.fn(hold.item, ctx)
         except BaseException as raised:  # every ending is the settler's to judge (outcome_of)
             exc = raised
-        self.runs.end(hold, ctx, exc)
+        else:
+            if inspect.isawaitable(returned):
+                # The handler's work goes on as a coroutine: the loop awaits it, this thread is free.
+                self.runs.to_loop(hold, ctx, returned, tracing.handoff(traced))
+                return
+        tracing.end_run(traced, self.runs.end(hold, ctx, exc), exc)
 
 
 def drop_if_broken(using: str) -> None:

@@ -50,8 +50,11 @@ class Settler:
 
     # -- a handler's ending (on the runner's thread) --------------------------------------
 
-    def ending(self, hold: Hold, ctx: Context, exc: BaseException | None) -> None:
+    def ending(self, hold: Hold, ctx: Context, exc: BaseException | None) -> str:
+        """Record how ``hold``'s handler ended; return the outcome (succeeded, retried, failed,
+        cancelled, lost, released) for its span."""
         item = hold.item
+        verdict = "succeeded"
         usable = True
         if exc is not None and isinstance(exc, DB_ERRORS):
             usable = connections[self.using].is_usable()
@@ -60,14 +63,16 @@ class Settler:
             if outcome.action is Action.LOST:
                 log.warning("%r: lease lost while running; not settled", item)
                 self.ledger.count_lost()
+                verdict = "lost"
             elif outcome.action is Action.RELEASE:
                 connections[self.using].close()
+                verdict = "released"
                 if not ctx.settled:
                     self._connection_lost(item, ctx, outcome.error)
             elif outcome.action is not Action.COMPLETE:
                 if outcome.unexpected:
                     log.warning("%r: handler raised %s: %s", item, exc.__class__.__name__, exc)
-                self._fail(item, ctx, outcome.error, outcome.delay, outcome.permanent)
+                verdict = self._fail(item, ctx, outcome.error, outcome.delay, outcome.permanent)
         finally:
             self.ledger.stopped(hold)
             ctx.end_run()
@@ -79,25 +84,32 @@ class Settler:
             # stall, someone else's after a lost lease) instead of marking it succeeded.
             log.warning("%r returned after it was cancelled (%s); not settled", item, hold.reason or "cancelled")
             self.ledger.finished(hold, ok=False)
+            verdict = "cancelled"
         else:
             hold.settling = True
             with self._cv:
                 self._pending.append(hold)
                 if len(self._pending) == 1:
                     self._cv.notify()  # the settler sleeps only when its list is empty
+        return verdict
 
-    def _fail(self, item: Item, ctx: Context, error: str, delay: float | None = None, permanent: bool = False) -> None:
+    def _fail(self, item: Item, ctx: Context, error: str, delay: float | None = None, permanent: bool = False) -> str:
+        """Record the failure; return what became of the item (retried, failed; lost if not ours)."""
         if ctx.settled:
-            return
+            return "settled"
         ctx.begin_settling()
         from workqueue.models import WorkItem
+
+        verdicts = []
 
         def write() -> bool:
             verdict = WorkItem.objects.db_manager(self.using).fail(item, error, delay=delay, permanent=permanent)
             log.info("%r %s: %s", item, verdict, error.splitlines()[0] if error else "")
+            verdicts.append(verdict)
             return True
 
         self._write(item, "record the failure", write)
+        return verdicts[0] if verdicts else "lost"
 
     def _connection_lost(self, item: Item, ctx: Context, detail: str) -> None:
         """The connection died under the handler (a restart, a killed backend, an idle-in-transaction

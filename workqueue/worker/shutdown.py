@@ -53,10 +53,11 @@ class Shutdown:
         )
         self.request_stop()
 
-    def drain(self, *, pool: RunnerPool, settler: Settler, ledger: Ledger, keeper: LeaseKeeper) -> None:
+    def drain(self, *, pools: list[RunnerPool], settler: Settler, ledger: Ledger, keeper: LeaseKeeper) -> None:
         self.stopping.set()
         self.draining.set()
-        settler.give_back(pool.take_waiting())  # claimed but not started: straight back
+        for pool in pools:
+            settler.give_back(pool.take_waiting())  # claimed but not started: straight back
         deadline = time.monotonic() + self.grace
         while time.monotonic() < deadline and ledger.inflight:
             time.sleep(0.02)
@@ -69,5 +70,6 @@ class Shutdown:
             for hold in leftover:
                 hold.cancel("shutdown")
                 keeper.drop(hold)  # released: nothing left to renew
-        pool.stop(0.5 if leftover else 5.0)
+        for pool in pools:  # an event loop's cancelled coroutines stop at their next await
+            pool.stop(0.5 if leftover else 5.0)
         settler.stop(10)  # what finished in the grace period gets settled

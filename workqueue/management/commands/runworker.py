@@ -31,6 +31,11 @@ class Command(BaseCommand):
             help="Queue to serve (repeatable). Default: every queue with a registered handler.",
         )
         parser.add_argument("--concurrency", type=_positive(int), help="Threads running items (WORKQUEUE CONCURRENCY).")
+        parser.add_argument(
+            "--async-concurrency",
+            type=_positive(int),
+            help="async def handlers run at once on the event loop (WORKQUEUE ASYNC_CONCURRENCY, default 100).",
+        )
         parser.add_argument("--batch", type=_positive(int), help="Items one claim takes (WORKQUEUE BATCH).")
         parser.add_argument("--poll", type=_positive(float), help="Backstop seconds between claims when idle.")
         parser.add_argument("--max-items", type=_positive(int), help="Exit 0 after this many items.")
@@ -60,6 +65,7 @@ class Command(BaseCommand):
                         WorkerOptions(
                             queues=opts["queues"] or [],
                             concurrency=opts["concurrency"],
+                            async_concurrency=opts["async_concurrency"],
                             batch=opts["batch"],
                             poll=opts["poll"],
                             max_items=opts["max_items"],
