@@ -38,3 +38,21 @@ def test_finished_many_counts_settled_and_lost_drops_the_holds_and_wakes_the_cla
         assert keeper.holds() == [] and ledger.free() == 6
     finally:
         keeper.close()
+
+
+def test_finished_many_frees_the_event_loops_lane_too():
+    """A batch settled for coroutines gives their slots back to the loop's lane (the claim loop
+    would otherwise stop claiming for async queues once max_on_loop items had ever run)."""
+    keeper = LeaseKeeper(tick=60)
+    wake = Signal()
+    ledger = Ledger(keeper, wake, max_inflight=4, refill_at=2, max_on_loop=4, loop_refill_at=2)
+    try:
+        holds = keeper.hold_many([_item(n) for n in range(4)], lease=300, started=False)
+        ledger.claimed(holds, on_loop=True)
+        assert ledger.free(on_loop=True) == 0
+        ledger.finished_many(holds, set())
+        assert (ledger.inflight, ledger.on_loop, ledger.processed) == (0, 0, 4)
+        assert ledger.free(on_loop=True) == 4 and ledger.free() == 4
+        assert wake.wait(0)
+    finally:
+        keeper.close()
