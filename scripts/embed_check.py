@@ -506,11 +506,19 @@ def check_leg(leg: Leg, wheel: Path, steps: Steps, url: str, keep: bool) -> None
         # A schedule made by the documented command (its admin pages need one to open).
         site.manage("schedules", "add", "hourly-digest", "--every", "3600", "--queue", "emails", quiet=True)
         json.loads(site.manage("schedules", "list", "--json", quiet=True).stdout)
+        # A runtime queue control made by the documented command (its admin pages need one too).
+        site.manage("queues", "set", "emails", "--max-running-per-group", "2", quiet=True)
+        site.manage("queues", "pause", "emails", quiet=True)
+        site.manage("queues", "resume", "emails", quiet=True)
+        listed = json.loads(site.manage("queues", "list", "--json", quiet=True).stdout)["queues"]
+        controls = {q["name"]: q for q in listed}
+        if "emails" not in controls:
+            raise CheckFailed(f"'queues list --json' does not list 'emails': {sorted(controls)}")
         pw_env = dict(site.env, DJANGO_SUPERUSER_PASSWORD=ADMIN_PASSWORD)
         site.manage(
             "createsuperuser", "--noinput", "--username", ADMIN_USER, "--email", "admin@example.com", env=pw_env
         )
-        step("environments create, apikeys create, enqueue --environment, schedules add, createsuperuser")
+        step("environments, apikeys, enqueue --environment, schedules add, queues set/pause/resume, createsuperuser")
 
         port = free_port()
         log = (tmp / "runserver.log").open("w")
@@ -626,6 +634,13 @@ def check_admin(base_url: str, urls: list[list[str]], op_id: str) -> int:
                 # The admin index's "Queue dashboard" entry: a redirect to the dashboard, by design.
                 if r.status_code != 302 or not r.headers.get("location", "").endswith("/workitem/dashboard/"):
                     problems.append(f"{name} {url}: {r.status_code} {r.headers.get('location')!r}")
+                continue
+            if r.status_code == 405 and r.headers.get("allow") == "POST":
+                # A form's action (the dashboard's flow-control form), not a page: it refuses a
+                # GET the Django way, and the dashboard must carry a form that posts to it.
+                dashboard = http.get("/admin/workqueue/workitem/dashboard/").text
+                if f'action="{url}"' not in dashboard:
+                    problems.append(f"{name} {url}: POST-only, and no dashboard form posts to it")
                 continue
             html = r.text
             if r.status_code != 200 or "TemplateDoesNotExist" in html or "</html>" not in html:
