@@ -40,13 +40,13 @@ from collections.abc import Iterable, Sequence
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from operations import store
+from operations import arguments, store
 from operations.conf import ops_settings
 from operations.exceptions import DuplicateOperation, InvalidRequest, OperationNotFound
 from operations.ids import check_id, new_id
 from operations.models import BATCH_KIND, CHAIN_KIND, PARENT_KINDS, TERMINAL_STATES, Operation, State
 from operations.registry import registry
-from workqueue.conf import QUEUE_NAME, wq_settings
+from workqueue.conf import wq_settings
 
 #: ``then`` runs when its parent ends in one of these states (the default).
 THEN_ON_FINISHED = ("succeeded", "failed")
@@ -60,25 +60,6 @@ MAX_CHILDREN = 100_000
 MAX_PAGE = 1000
 
 __all__ = ["batch", "cancel", "chain", "children", "fan_in", "parent_of", "previous_of", "recover"]
-
-
-def _queue(queue: str | None) -> str:
-    conf = ops_settings()
-    queue = queue or conf.queue
-    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
-        raise InvalidRequest(f"bad queue name {queue!r}")
-    if queue not in conf.queues:
-        raise InvalidRequest(
-            f"queue {queue!r} is not one the operations handler serves; add it to OPERATIONS['QUEUES'] "
-            f"(now {conf.queues})"
-        )
-    return queue
-
-
-def _priority(priority: object) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
-        raise InvalidRequest(f"priority must be a 32-bit integer, not {priority!r}")
-    return priority
 
 
 def _spec(kind: object, request, *, queue: str, priority: int, group: str | None) -> dict:
@@ -131,33 +112,29 @@ def _then(then, then_on, *, queue: str, priority: int, group: str | None) -> dic
     return spec
 
 
-def _owner(owner: object) -> str:
-    owner = "" if owner is None else str(owner)
-    if len(owner) > 200:
-        raise InvalidRequest("owner must be at most 200 characters")
-    return owner
-
-
-def _group(group: object) -> str | None:
-    if group is not None and (not isinstance(group, str) or not group or len(group) > 200):
-        raise InvalidRequest("group must be a non-empty string of at most 200 characters")
-    return group
-
-
 def _start_parent(
     kind: str,
-    first: list[dict],
-    total: int,
-    request: dict,
-    *,
+    pairs: list[tuple[str, object]],
+    then,
+    then_on: str | Sequence[str],
+    owner: object,
     id: str | None,
-    owner: str,
-    queue: str,
-    priority: int,
+    group: object,
+    queue: str | None,
+    priority: object,
     using: str,
 ) -> Operation:
+    """``batch`` and ``chain`` alike: check everything, then write the parent with its first
+    children (a batch: all of them; a chain: its first step, the others kept in its request)."""
+    queue, priority, group = arguments.queue(queue), arguments.priority(priority), arguments.group(group)
+    owner = arguments.owner(owner)
+    specs = [_spec(k, r, queue=queue, priority=priority, group=group) for k, r in pairs]
+    request: dict = {"then": _then(then, then_on, queue=queue, priority=priority, group=group)}
+    if kind == CHAIN_KIND:
+        request["steps"] = specs
+    first, total = (specs[:1] if kind == CHAIN_KIND else specs), len(specs)
     op_id = check_id(id) if id is not None else new_id()
-    labels = {spec["count_label"] for spec in [*first, *request.get("steps", [])]}
+    labels = {spec["count_label"] for spec in specs}
     op = store.parent_start(
         id=op_id,
         kind=kind,
@@ -213,20 +190,7 @@ def batch(
         raise InvalidRequest("a batch needs at least one request")
     if len(pairs) > MAX_CHILDREN:
         raise InvalidRequest(f"a batch may have at most {MAX_CHILDREN:,} children, not {len(pairs):,}")
-    queue, priority, group = _queue(queue), _priority(priority), _group(group)
-    children = [_spec(k, r, queue=queue, priority=priority, group=group) for k, r in pairs]
-    request = {"then": _then(then, then_on, queue=queue, priority=priority, group=group)}
-    return _start_parent(
-        BATCH_KIND,
-        children,
-        len(children),
-        request,
-        id=id,
-        owner=_owner(owner),
-        queue=queue,
-        priority=priority,
-        using=using,
-    )
+    return _start_parent(BATCH_KIND, pairs, then, then_on, owner, id, group, queue, priority, using)
 
 
 def chain(
@@ -250,20 +214,7 @@ def chain(
     pairs = _pairs(steps, "steps")
     if not pairs:
         raise InvalidRequest("a chain needs at least one step")
-    queue, priority, group = _queue(queue), _priority(priority), _group(group)
-    specs = [_spec(k, r, queue=queue, priority=priority, group=group) for k, r in pairs]
-    request = {"then": _then(then, then_on, queue=queue, priority=priority, group=group), "steps": specs}
-    return _start_parent(
-        CHAIN_KIND,
-        specs[:1],
-        len(specs),
-        request,
-        id=id,
-        owner=_owner(owner),
-        queue=queue,
-        priority=priority,
-        using=using,
-    )
+    return _start_parent(CHAIN_KIND, pairs, then, then_on, owner, id, group, queue, priority, using)
 
 
 def children(

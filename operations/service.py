@@ -15,15 +15,14 @@ from collections.abc import Iterator
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from operations import batches, store
+from operations import arguments, batches, store
 from operations.conf import ops_settings
 from operations.exceptions import DuplicateOperation, InvalidRequest, OperationNotFound
 from operations.ids import check_id, new_id
 from operations.models import TERMINAL_STATES, Operation, State
 from operations.registry import registry
-from workqueue.conf import QUEUE_NAME, wq_settings
-from workqueue.exceptions import InvalidInput
-from workqueue.managers import _aware, _current_trace, _seconds, check_group
+from workqueue.conf import wq_settings
+from workqueue.managers import _aware, _current_trace, _seconds
 from workqueue.models import WorkItem
 
 MAX_PAGE_SIZE = 1000
@@ -59,29 +58,16 @@ def start(
     definition = registry.get(kind)
     payload = definition.encode(request)
     conf = ops_settings()
-    queue = queue or conf.queue
-    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
-        raise InvalidRequest(f"bad queue name {queue!r}")
-    if queue not in conf.queues:
-        raise InvalidRequest(
-            f"queue {queue!r} is not one the operations handler serves; add it to OPERATIONS['QUEUES'] "
-            f"(now {conf.queues})"
-        )
+    queue = arguments.queue(queue)
     op_id = check_id(id) if id is not None else new_id()
-    owner = "" if owner is None else str(owner)
-    if len(owner) > 200:
-        raise InvalidRequest("owner must be at most 200 characters")
-    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
-        raise InvalidRequest(f"priority must be a 32-bit integer, not {priority!r}")
+    owner = arguments.owner(owner)
+    priority = arguments.priority(priority)
     if max_attempts is not None and (
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
     ):
         raise InvalidRequest(f"max_attempts must be an integer >= 1, not {max_attempts!r} (never unlimited)")
     max_attempts = max_attempts or definition.max_attempts or conf.max_attempts
-    try:
-        group = check_group(group)
-    except InvalidInput as exc:
-        raise InvalidRequest(str(exc)) from None
+    group = arguments.group(group)
     op = store.start(
         id=op_id,
         kind=kind,

@@ -74,6 +74,9 @@ def counts() -> tuple[int, int]:
         lambda: operations.batch("test.ops.batch.child", [{}], then_on=["finished"], then=("test.ops.batch.then", {})),
         lambda: operations.batch([("operations.batch", {})]),
         lambda: operations.batch("test.ops.batch.child", [{}], group=""),
+        lambda: operations.batch("test.ops.batch.child", [{}], group="tenant\x00"),  # as start(group=) refuses
+        lambda: operations.chain([("test.ops.chain.add", {})], priority=2**31),
+        lambda: operations.chain([("test.ops.chain.add", {})], owner="x" * 201),
         lambda: operations.batch("test.ops.batch.child", [{}], queue="nope"),
         lambda: operations.chain([]),
         lambda: operations.chain([("test.ops.chain.add",)]),
