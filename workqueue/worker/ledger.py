@@ -128,20 +128,13 @@ class Ledger:
         one lease-keeper drop and at most one wake-up for the whole batch, not one per item."""
         with self._lock:
             mine = [hold for hold in holds if hold in self._holds]
-            self._holds.difference_update(mine)
+            refill = False
+            for hold in mine:  # each slot back to its own lane (threads or the event loop)
+                refill = self._leave(hold) or refill
             failed = sum(1 for hold in mine if id(hold.item) in lost) if lost else 0
-            self.inflight -= len(mine)
-            on_loop = [hold for hold in mine if hold in self._loop_holds] if self._loop_holds else []
-            if on_loop:  # coroutines' slots go back to the event loop's lane
-                self._loop_holds.difference_update(on_loop)
-                self.on_loop -= len(on_loop)
             self.processed += len(mine)
             self.succeeded += len(mine) - failed
             self.failed += failed
-            # as _leave, per lane: a lane this batch freed slots in claims again below its mark
-            refill = (len(mine) > len(on_loop) and self.inflight - self.on_loop <= self.refill_at) or (
-                bool(on_loop) and self.on_loop <= self.loop_refill_at
-            )
         self.keeper.drop_many(mine)
         if refill and mine:
             self.wake.set()
