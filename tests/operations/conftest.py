@@ -15,7 +15,9 @@ import time
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.contrib.auth import get_user_model
 from django.db import connections
+from django.test import Client
 
 from operations import reporter as reporter_mod
 from operations import runner, store
@@ -201,3 +203,27 @@ def collect(subscription, timeout: float = 30.0) -> list:
             return snapshots
         if snapshot is not None:
             snapshots.append(snapshot)
+
+
+@pytest.fixture
+def user():
+    """A plain (non-staff) user, the owner of the operations the HTTP tests start."""
+    return get_user_model().objects.create_user("ada")
+
+
+@pytest.fixture
+def client(user) -> Client:
+    """pytest-django's ``client``, signed in as ``user`` for every operations test."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def spawn_ops_worker(start_worker, names: dict, prefix: str):
+    """Start one ``runworker`` process on the operations queue, named ``<prefix>-<n>``; note its name in ``names``."""
+    name = f"{prefix}-{len(names) + 1}"
+    proc = start_worker(
+        "--queue", "operations", "--worker-id", name, "--concurrency", "4", "--batch", "4", "--poll", "0.5"
+    )  # fmt: skip
+    names[proc] = name
+    return proc

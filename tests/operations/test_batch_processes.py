@@ -14,7 +14,7 @@ import operations
 from operations import store
 from operations.models import Operation
 from tests.conftest import wait_until
-from tests.operations.conftest import begin, op_row, reporter_for, run_next, wait_for_state
+from tests.operations.conftest import begin, op_row, reporter_for, run_next, spawn_ops_worker, wait_for_state
 from tests.testapp.models import OperationRun
 from workqueue.models import WorkItem
 
@@ -55,12 +55,7 @@ def test_a_batch_of_200_ends_once_and_starts_then_once_while_workers_are_sigkill
     names = {}
 
     def spawn():
-        name = f"fan-{len(names) + 1}"
-        proc = start_worker(
-            "--queue", "operations", "--worker-id", name, "--concurrency", "4", "--batch", "4", "--poll", "0.5"
-        )  # fmt: skip
-        names[proc] = name
-        return proc
+        return spawn_ops_worker(start_worker, names, "fan")
 
     workers = [spawn() for _ in range(3)]
     kills = 0
@@ -268,3 +263,26 @@ def test_reap_deletes_a_parent_and_its_children_together_never_an_orphan_child(r
     # No child anywhere outlives its parent.
     parents = set(Operation.objects.values_list("id", flat=True))
     assert set(Operation.objects.exclude(parent_id=None).values_list("parent_id", flat=True)) <= parents
+
+
+def test_reap_in_batches_smaller_than_a_batch_takes_each_parent_with_all_its_children(settings):
+    # REAP_BATCH counts parents: one reap deletes one batch whole (its parent and every child),
+    # never a parent without its children nor children without their parent.
+    settings.OPERATIONS = {**settings.OPERATIONS, "REAP_BATCH": 1}
+    batches = [operations.batch("test.ops.batch.child", [{"n": 1}] * 3) for _ in range(2)]
+    while run_next() is not None:
+        pass
+    ids = [b.id for b in batches]
+    with connection.cursor() as cur:
+        cur.execute(
+            f"UPDATE {Operation._meta.db_table} SET finished_at = now() - interval '400 days' "
+            "WHERE id = ANY(%s) OR parent_id = ANY(%s)",
+            [ids, ids],
+        )
+    for left in (1, 0):
+        assert operations.reap() == {"deleted": 4}
+        assert Operation.objects.filter(pk__in=ids).count() == left
+        parents = set(Operation.objects.filter(pk__in=ids).values_list("id", flat=True))
+        assert set(Operation.objects.filter(parent_id__in=ids).values_list("parent_id", flat=True)) == parents
+        assert all(len(children(p)) == 3 for p in parents)
+    assert operations.reap() == {"deleted": 0}

@@ -17,18 +17,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def user():
-    return get_user_model().objects.create_user("ada")
-
-
-@pytest.fixture
-def client(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
 def admin_client():
     client = Client()
     client.force_login(get_user_model().objects.create_superuser("boss", "boss@example.com", "pw"))

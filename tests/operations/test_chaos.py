@@ -26,6 +26,7 @@ import pytest
 import operations
 from operations.models import Operation
 from tests.conftest import wait_until
+from tests.operations.conftest import spawn_ops_worker
 from tests.testapp.models import OperationRun
 from workqueue.models import Worker, WorkItem
 
@@ -56,12 +57,7 @@ def test_chaos_every_operation_ends_terminal_once_with_workers_killed_at_random(
     names = {}
 
     def spawn():
-        name = f"chaos-{len(names) + 1}"
-        proc = start_worker(
-            "--queue", "operations", "--worker-id", name, "--concurrency", "4", "--batch", "4", "--poll", "0.5"
-        )  # fmt: skip
-        names[proc] = name
-        return proc
+        return spawn_ops_worker(start_worker, names, "chaos")
 
     workers = [spawn() for _ in range(WORKERS)]
     killed: set[int] = set()

@@ -40,18 +40,6 @@ SECRET = "s3cr3t-request-value"
 
 
 @pytest.fixture
-def user():
-    return get_user_model().objects.create_user("ada")
-
-
-@pytest.fixture
-def client(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
 def other_client() -> Client:
     client = Client()
     client.force_login(get_user_model().objects.create_user("bob"))

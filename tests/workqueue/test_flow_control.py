@@ -185,6 +185,7 @@ def test_rate_20_per_second_with_two_workers_never_exceeds_the_limit_in_any_seco
     waiting = items.queued()
     assert waiting.count() >= 100
     assert set(waiting.values_list("attempts", flat=True)) == {0}
+    assert not items.stuck(stuck_after=0).exists()  # rate-limited: waiting by design, not stuck
     assert set(items.succeeded().values_list("attempts", flat=True)) == {1}
     assert QueueStart.objects.filter(queue="test.rated").count() >= 20
 
@@ -249,3 +250,23 @@ def test_a_runtime_override_binds_a_worker_started_before_it_and_clearing_it_ret
         wait_until(lambda: not grouped.live().exists(), timeout=60, message="the queue to drain")
     stop_all([worker])
     assert set(grouped.values_list("attempts", flat=True)) == {1}
+
+
+def test_resume_wakes_an_idle_worker_by_notify_long_before_its_poll_backstop(make_worker_ready):
+    # The worker's backstop poll is 600 s and the wait below is 60 s: only the resume's NOTIFY
+    # can get the held-back item claimed in time.
+    controls.pause("test.flow", by="test")
+    proc = make_worker_ready("wake-1", "--queue", "test.flow", "--poll", "600")
+    WorkItem.objects.enqueue("test.flow", "held", metadata={"seconds": "0"})
+    time.sleep(1.5)
+    held = WorkItem.objects.get(queue="test.flow", key="held")
+    assert (held.state, held.attempts) == ("queued", 0)
+
+    controls.resume("test.flow", by="test")
+    wait_until(
+        lambda: Completion.objects.filter(queue="test.flow", key="held").exists(),
+        timeout=60,
+        message="the resume's NOTIFY to wake the idle worker",
+    )
+    stop_all([proc])
+    assert WorkItem.objects.get(queue="test.flow", key="held").attempts == 1

@@ -1,7 +1,6 @@
 """The operations admin: list with progress bars and badges, filters, detail, cancel, live stream."""
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
@@ -9,14 +8,6 @@ import operations
 from operations.admin import STATE_COLORS, progress_bar
 from operations.models import Operation, State
 from project.demo.kinds import ExportRequest
-
-
-@pytest.fixture
-def admin_client(db):
-    user = get_user_model().objects.create_superuser("boss", "boss@example.com", "pw")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _op(state, **fields):

@@ -1,21 +1,10 @@
 """A django.tasks task shows in the operations admin as ``task.<module path>`` (README, "Use it as your
 django.tasks backend")."""
 
-import pytest
-from django.contrib.auth import get_user_model
-from django.test import Client
 from django.urls import reverse
 
 from operations.models import Operation
 from tests.testapp.tasks import send_email
-
-
-@pytest.fixture
-def admin_client(db):
-    user = get_user_model().objects.create_superuser("boss", "boss@example.com", "pw")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_an_enqueued_task_is_listed_under_its_module_path(admin_client):

@@ -470,12 +470,17 @@ def test_result_under_runworker(start_worker):
         assert r.return_value == 42
 
 
+def _run_logged(task, caplog):
+    """Enqueue ``task``, run it inline with the backend's DEBUG log captured; the result and its log lines."""
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    result = task.enqueue()
+    run_inline(result)
+    return result, log_lines(caplog)
+
+
 @db
 def test_enqueue_logs(caplog):
-    caplog.set_level(logging.DEBUG, logger=LOGGER)
-    result = tasks.noop.enqueue()
-    run_inline(result)
-    lines = log_lines(caplog)
+    result, lines = _run_logged(tasks.noop, caplog)
     assert len(lines) == 3, lines
     assert "enqueued" in lines[0] and result.id in lines[0]
     assert "state=RUNNING" in lines[1] and result.id in lines[1]
@@ -484,10 +489,7 @@ def test_enqueue_logs(caplog):
 
 @db
 def test_failed_logs(caplog):
-    caplog.set_level(logging.DEBUG, logger=LOGGER)
-    result = tasks.fail_value_error.enqueue()
-    run_inline(result)
-    lines = log_lines(caplog)
+    result, lines = _run_logged(tasks.fail_value_error, caplog)
     assert len(lines) == 3, lines
     assert "state=RUNNING" in lines[1] and result.id in lines[1]
     assert "state=FAILED" in lines[2] and result.id in lines[2]
@@ -495,11 +497,9 @@ def test_failed_logs(caplog):
 
 @db
 def test_successful_task_no_none_type_in_logs(caplog):
-    caplog.set_level(logging.DEBUG, logger=LOGGER)
-    result = tasks.noop.enqueue()
-    run_inline(result)
+    result, lines = _run_logged(tasks.noop, caplog)
     assert result.status == TaskResultStatus.SUCCESSFUL
-    assert all("NoneType" not in line for line in log_lines(caplog))
+    assert all("NoneType" not in line for line in lines)
 
 
 @db

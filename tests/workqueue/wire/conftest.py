@@ -49,22 +49,24 @@ def _stop_shared_listener():
     listener.shared().stop()
 
 
+def _new_env(name: str, kind: str) -> Env:
+    environment, key = create_environment(name, kind)
+    return Env(environment.id, key, kind)
+
+
 @pytest.fixture
 def env(db) -> Env:
-    environment, key = create_environment("byoc", "self_hosted")
-    return Env(environment.id, key, "self_hosted")
+    return _new_env("byoc", "self_hosted")
 
 
 @pytest.fixture
 def other_env(db) -> Env:
-    environment, key = create_environment("byoc-2", "self_hosted")
-    return Env(environment.id, key, "self_hosted")
+    return _new_env("byoc-2", "self_hosted")
 
 
 @pytest.fixture
 def cloud_env(db) -> Env:
-    environment, key = create_environment("cloud", "cloud")
-    return Env(environment.id, key, "cloud")
+    return _new_env("cloud", "cloud")
 
 
 @pytest.fixture
