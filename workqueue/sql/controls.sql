@@ -64,14 +64,7 @@ DELETE FROM work_queue_starts WHERE started_at < coalesce(%(now)s, now()) - make
 -- rows are pruned, in the same statement.
 WITH u AS (
     SELECT u.name, u.n AS asked, u.lease_s, u.wire,
-           coalesce(c.paused, false) AS paused,
-           coalesce(c.max_running, u.cap) AS cap,
-           coalesce(c.max_running_per_group, u.group_cap) AS group_cap,
-           coalesce(c.rate_count, u.rate_n) AS rate_n,
-           CASE WHEN c.rate_count IS NOT NULL THEN c.rate_period ELSE u.rate_s END AS rate_s,
-           coalesce(c.rate_per_group_count, u.group_rate_n) AS group_rate_n,
-           CASE WHEN c.rate_per_group_count IS NOT NULL THEN c.rate_per_group_period ELSE u.group_rate_s END
-               AS group_rate_s
+           {flow_limits:c, u}
     FROM unnest(%(queues)s::text[], %(limits)s::int[], %(leases)s::float8[], %(caps)s::int[], %(wires)s::bool[],
                 %(group_caps)s::int[], %(rate_ns)s::int[], %(rate_ss)s::float8[], %(group_rate_ns)s::int[],
                 %(group_rate_ss)s::float8[])
@@ -242,14 +235,7 @@ RETURNING w.id, pg_notify(%(channel)s, w.queue);
 -- group. One row: (blocked queues, blocked groups).
 WITH u AS (
     SELECT u.name, true AS wire,
-           coalesce(c.paused, false) AS paused,
-           coalesce(c.max_running, u.cap) AS cap,
-           coalesce(c.max_running_per_group, u.group_cap) AS group_cap,
-           coalesce(c.rate_count, u.rate_n) AS rate_n,
-           CASE WHEN c.rate_count IS NOT NULL THEN c.rate_period ELSE u.rate_s END AS rate_s,
-           coalesce(c.rate_per_group_count, u.group_rate_n) AS group_rate_n,
-           CASE WHEN c.rate_per_group_count IS NOT NULL THEN c.rate_per_group_period ELSE u.group_rate_s END
-               AS group_rate_s
+           {flow_limits:c, u}
     FROM unnest(%(queues)s::text[], %(caps)s::int[], %(group_caps)s::int[], %(rate_ns)s::int[],
                 %(rate_ss)s::float8[], %(group_rate_ns)s::int[], %(group_rate_ss)s::float8[])
          AS u(name, cap, group_cap, rate_n, rate_s, group_rate_n, group_rate_s)
@@ -277,14 +263,7 @@ FROM v;
 WITH f AS (
     SELECT w.id, w.queue AS name, true AS wire, w.group_key,
            CASE WHEN w.lease_expires_at > now() THEN 1 ELSE 0 END AS own,
-           coalesce(c.paused, false) AS paused,
-           coalesce(c.max_running, u.cap) AS cap,
-           coalesce(c.max_running_per_group, u.group_cap) AS group_cap,
-           coalesce(c.rate_count, u.rate_n) AS rate_n,
-           CASE WHEN c.rate_count IS NOT NULL THEN c.rate_period ELSE u.rate_s END AS rate_s,
-           coalesce(c.rate_per_group_count, u.group_rate_n) AS group_rate_n,
-           CASE WHEN c.rate_per_group_count IS NOT NULL THEN c.rate_per_group_period ELSE u.group_rate_s END
-               AS group_rate_s
+           {flow_limits:c, u}
     FROM work_items w
     JOIN unnest(%(queues)s::text[], %(caps)s::int[], %(group_caps)s::int[], %(rate_ns)s::int[],
                 %(rate_ss)s::float8[], %(group_rate_ns)s::int[], %(group_rate_ss)s::float8[])

@@ -30,6 +30,7 @@
 --   {item_settle:SOURCE, ID, OUTCOME, ERROR}        settle an item for a holder's write
 --   {item_retry_after:SOURCE, ID, DELAY_S, ERROR}   back to queued after the delay
 --   {item_stop_refunded:ID, TOKEN}          settle as a no-op, refunding the claim's attempt
+--   {flow_limits:C, U}                      a queue's effective flow limits (controls over settings)
 
 
 -- fragment: item_insert(rows)
@@ -164,3 +165,19 @@ SET state = 'stopped', outcome = 'stopped', stopped_at = now(), lease_token = NU
     attempts = greatest(w.attempts - 1, 0)
 WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states:running}
 RETURNING w.id
+
+
+-- fragment: flow_limits(c, u)
+-- The limits flow control enforces on a queue, as a select list: the operator's override in
+-- the work_queue_controls row C (LEFT JOINed: all NULL when the queue has none) wins over the
+-- settings' value in U (columns cap, group_cap, rate_n, rate_s, group_rate_n, group_rate_s).
+-- Output columns: paused, cap, group_cap, rate_n, rate_s, group_rate_n, group_rate_s. A rate's
+-- period comes with its count: an overridden count brings the override's period.
+coalesce($c.paused, false) AS paused,
+coalesce($c.max_running, $u.cap) AS cap,
+coalesce($c.max_running_per_group, $u.group_cap) AS group_cap,
+coalesce($c.rate_count, $u.rate_n) AS rate_n,
+CASE WHEN $c.rate_count IS NOT NULL THEN $c.rate_period ELSE $u.rate_s END AS rate_s,
+coalesce($c.rate_per_group_count, $u.group_rate_n) AS group_rate_n,
+CASE WHEN $c.rate_per_group_count IS NOT NULL THEN $c.rate_per_group_period ELSE $u.group_rate_s END
+    AS group_rate_s
