@@ -61,7 +61,8 @@ DELETE FROM work_queue_starts WHERE started_at < coalesce(%(now)s, now()) - make
 -- per-group limits apply, and each remaining group takes no more than its room
 -- (group_room). Items held back stay queued, untouched: no attempt is charged. Each start
 -- of a rate-limited queue is logged in work_queue_starts, and the queue's expired window
--- rows are pruned, in the same statement.
+-- rows are pruned, in the same statement. The take (claim_take) and the rows handed back
+-- (claim_handed) are item_claim's own.
 WITH u AS (
     SELECT u.name, u.n AS asked, u.lease_s, u.wire,
            {flow_limits:c, u}
@@ -134,22 +135,7 @@ candidates AS (
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
 ),
-claimed AS (
-    UPDATE work_items w
-    SET state = 'active', attempts = w.attempts + 1, lease_token = gen_random_uuid(),
-        lease_expires_at = now() + make_interval(secs => c.lease_s), started_at = now(),
-        claimed_by = %(worker_id)s, reclaimed = c.lapsed
-    FROM candidates c
-    WHERE w.id = c.id AND NOT (c.lapsed AND c.spent)
-    RETURNING {claimed}, w.run_after AS claim_run_after
-),
-settled AS (
-    UPDATE work_items w
-    SET {lapsed_settle:w}
-    FROM candidates c
-    WHERE w.id = c.id AND c.lapsed AND c.spent
-    RETURNING {claimed}, w.run_after AS claim_run_after
-),
+{claim_take:candidates},
 started AS (
     INSERT INTO work_queue_starts (queue, group_key, started_at)
     SELECT c.queue_name, c.group_key, now()
@@ -162,11 +148,7 @@ pruned AS (
     WHERE s.queue = q.name AND (q.rate_n IS NOT NULL OR q.group_rate_n IS NOT NULL)
       AND s.started_at < now() - make_interval(secs => greatest(coalesce(q.rate_s, 0), coalesce(q.group_rate_s, 0)))
 )
-SELECT handed.*,
-       (SELECT set_config('synchronous_commit', 'off', true)
-        WHERE %(relaxed)s::bool AND NOT EXISTS (SELECT 1 FROM settled)) AS relaxed_commit
-FROM (SELECT * FROM claimed UNION ALL SELECT * FROM settled) AS handed
-ORDER BY handed.priority DESC, handed.claim_run_after, handed.id;
+{claim_handed};
 
 
 -- name: queue_flow_wait
