@@ -50,6 +50,8 @@ QUERIES = Statements(
     {
         # workqueue's work-item fragments and state sets: every work_items write is theirs.
         **sql.shared_fragments(),
+        # the fragments more than one operations statement shares (op_cancel_set, ...)
+        **sql.load_fragments(Path(__file__).with_name("sql") / "fragments.sql"),
         "table": configured_table(),
         "watches": WATCHES_TABLE,
         "op_light": ", ".join(f"o.{c}" for c in LIGHT_COLUMNS),

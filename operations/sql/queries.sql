@@ -214,17 +214,10 @@ WITH held AS (
 ),
 c AS (
     UPDATE {table} AS o
-    SET cancel_requested = true,
-        state = CASE WHEN o.state = 'pending' THEN 'cancelled' ELSE o.state END,
-        error_code = CASE WHEN o.state = 'pending' THEN '' ELSE o.error_code END,
-        error_message = CASE WHEN o.state = 'pending' THEN '' ELSE o.error_message END,
-        error_retryable = CASE WHEN o.state = 'pending' THEN NULL ELSE o.error_retryable END,
-        finished_at = CASE WHEN o.state = 'pending' THEN now() ELSE o.finished_at END,
-        claimed_until = CASE WHEN o.state = 'pending' THEN NULL ELSE o.claimed_until END,
-        updated_at = now(), revision = o.revision + 1
+    SET {op_cancel_set:o}
     FROM held
     WHERE o.id = %(id)s AND (%(owner)s::text IS NULL OR o.owner = %(owner)s::text)
-      AND (o.state = 'pending' OR (o.state = 'running' AND NOT o.cancel_requested))
+      AND {op_cancelable:o}
     RETURNING {op}
 )
 SELECT c.*, {notify:c.id} FROM c;
@@ -520,7 +513,8 @@ FOR UPDATE OF o SKIP LOCKED;
 -- item settled cancelled in the same statement) and every running one is asked to stop (the
 -- flag; its runner decides at its next flush). The children's unsettled work items are locked
 -- first, then the children (lock order); the parent is cancelled after this, and op_fan_in
--- counts the children that ended here. Returns the children cancelled outright.
+-- counts the children that ended here. Returns the children cancelled outright. Each child's
+-- cancel is op_cancel's (op_cancel_set, op_cancelable).
 WITH kids AS (
     SELECT k.id, k.queue FROM {table} AS k
     WHERE k.parent_id = %(id)s AND k.state IN ('pending', 'running')
@@ -530,16 +524,9 @@ held AS (
 ),
 c AS (
     UPDATE {table} AS o
-    SET cancel_requested = true,
-        state = CASE WHEN o.state = 'pending' THEN 'cancelled' ELSE o.state END,
-        error_code = CASE WHEN o.state = 'pending' THEN '' ELSE o.error_code END,
-        error_message = CASE WHEN o.state = 'pending' THEN '' ELSE o.error_message END,
-        error_retryable = CASE WHEN o.state = 'pending' THEN NULL ELSE o.error_retryable END,
-        finished_at = CASE WHEN o.state = 'pending' THEN now() ELSE o.finished_at END,
-        claimed_until = CASE WHEN o.state = 'pending' THEN NULL ELSE o.claimed_until END,
-        updated_at = now(), revision = o.revision + 1
+    SET {op_cancel_set:o}
     FROM held, kids
-    WHERE o.id = kids.id AND (o.state = 'pending' OR (o.state = 'running' AND NOT o.cancel_requested))
+    WHERE o.id = kids.id AND {op_cancelable:o}
     RETURNING o.id, o.queue, o.state
 ),
 stopped AS (

@@ -61,17 +61,11 @@ DELETE FROM work_queue_starts WHERE started_at < coalesce(%(now)s, now()) - make
 -- per-group limits apply, and each remaining group takes no more than its room
 -- (group_room). Items held back stay queued, untouched: no attempt is charged. Each start
 -- of a rate-limited queue is logged in work_queue_starts, and the queue's expired window
--- rows are pruned, in the same statement.
+-- rows are pruned, in the same statement. The take (claim_take) and the rows handed back
+-- (claim_handed) are item_claim's own.
 WITH u AS (
     SELECT u.name, u.n AS asked, u.lease_s, u.wire,
-           coalesce(c.paused, false) AS paused,
-           coalesce(c.max_running, u.cap) AS cap,
-           coalesce(c.max_running_per_group, u.group_cap) AS group_cap,
-           coalesce(c.rate_count, u.rate_n) AS rate_n,
-           CASE WHEN c.rate_count IS NOT NULL THEN c.rate_period ELSE u.rate_s END AS rate_s,
-           coalesce(c.rate_per_group_count, u.group_rate_n) AS group_rate_n,
-           CASE WHEN c.rate_per_group_count IS NOT NULL THEN c.rate_per_group_period ELSE u.group_rate_s END
-               AS group_rate_s
+           {flow_limits:c, u}
     FROM unnest(%(queues)s::text[], %(limits)s::int[], %(leases)s::float8[], %(caps)s::int[], %(wires)s::bool[],
                 %(group_caps)s::int[], %(rate_ns)s::int[], %(rate_ss)s::float8[], %(group_rate_ns)s::int[],
                 %(group_rate_ss)s::float8[])
@@ -141,22 +135,7 @@ candidates AS (
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
 ),
-claimed AS (
-    UPDATE work_items w
-    SET state = 'active', attempts = w.attempts + 1, lease_token = gen_random_uuid(),
-        lease_expires_at = now() + make_interval(secs => c.lease_s), started_at = now(),
-        claimed_by = %(worker_id)s, reclaimed = c.lapsed
-    FROM candidates c
-    WHERE w.id = c.id AND NOT (c.lapsed AND c.spent)
-    RETURNING {claimed}, w.run_after AS claim_run_after
-),
-settled AS (
-    UPDATE work_items w
-    SET {lapsed_settle:w}
-    FROM candidates c
-    WHERE w.id = c.id AND c.lapsed AND c.spent
-    RETURNING {claimed}, w.run_after AS claim_run_after
-),
+{claim_take:candidates},
 started AS (
     INSERT INTO work_queue_starts (queue, group_key, started_at)
     SELECT c.queue_name, c.group_key, now()
@@ -169,11 +148,7 @@ pruned AS (
     WHERE s.queue = q.name AND (q.rate_n IS NOT NULL OR q.group_rate_n IS NOT NULL)
       AND s.started_at < now() - make_interval(secs => greatest(coalesce(q.rate_s, 0), coalesce(q.group_rate_s, 0)))
 )
-SELECT handed.*,
-       (SELECT set_config('synchronous_commit', 'off', true)
-        WHERE %(relaxed)s::bool AND NOT EXISTS (SELECT 1 FROM settled)) AS relaxed_commit
-FROM (SELECT * FROM claimed UNION ALL SELECT * FROM settled) AS handed
-ORDER BY handed.priority DESC, handed.claim_run_after, handed.id;
+{claim_handed};
 
 
 -- name: queue_flow_wait
@@ -242,14 +217,7 @@ RETURNING w.id, pg_notify(%(channel)s, w.queue);
 -- group. One row: (blocked queues, blocked groups).
 WITH u AS (
     SELECT u.name, true AS wire,
-           coalesce(c.paused, false) AS paused,
-           coalesce(c.max_running, u.cap) AS cap,
-           coalesce(c.max_running_per_group, u.group_cap) AS group_cap,
-           coalesce(c.rate_count, u.rate_n) AS rate_n,
-           CASE WHEN c.rate_count IS NOT NULL THEN c.rate_period ELSE u.rate_s END AS rate_s,
-           coalesce(c.rate_per_group_count, u.group_rate_n) AS group_rate_n,
-           CASE WHEN c.rate_per_group_count IS NOT NULL THEN c.rate_per_group_period ELSE u.group_rate_s END
-               AS group_rate_s
+           {flow_limits:c, u}
     FROM unnest(%(queues)s::text[], %(caps)s::int[], %(group_caps)s::int[], %(rate_ns)s::int[],
                 %(rate_ss)s::float8[], %(group_rate_ns)s::int[], %(group_rate_ss)s::float8[])
          AS u(name, cap, group_cap, rate_n, rate_s, group_rate_n, group_rate_s)
@@ -277,14 +245,7 @@ FROM v;
 WITH f AS (
     SELECT w.id, w.queue AS name, true AS wire, w.group_key,
            CASE WHEN w.lease_expires_at > now() THEN 1 ELSE 0 END AS own,
-           coalesce(c.paused, false) AS paused,
-           coalesce(c.max_running, u.cap) AS cap,
-           coalesce(c.max_running_per_group, u.group_cap) AS group_cap,
-           coalesce(c.rate_count, u.rate_n) AS rate_n,
-           CASE WHEN c.rate_count IS NOT NULL THEN c.rate_period ELSE u.rate_s END AS rate_s,
-           coalesce(c.rate_per_group_count, u.group_rate_n) AS group_rate_n,
-           CASE WHEN c.rate_per_group_count IS NOT NULL THEN c.rate_per_group_period ELSE u.group_rate_s END
-               AS group_rate_s
+           {flow_limits:c, u}
     FROM work_items w
     JOIN unnest(%(queues)s::text[], %(caps)s::int[], %(group_caps)s::int[], %(rate_ns)s::int[],
                 %(rate_ss)s::float8[], %(group_rate_ns)s::int[], %(group_rate_ss)s::float8[])

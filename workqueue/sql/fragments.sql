@@ -30,6 +30,9 @@
 --   {item_settle:SOURCE, ID, OUTCOME, ERROR}        settle an item for a holder's write
 --   {item_retry_after:SOURCE, ID, DELAY_S, ERROR}   back to queued after the delay
 --   {item_stop_refunded:ID, TOKEN}          settle as a no-op, refunding the claim's attempt
+--   {flow_limits:C, U}                      a queue's effective flow limits (controls over settings)
+--   {claim_take:CANDIDATES}                 a claim's take: hand out or settle each candidate
+--   {claim_handed}                          a claim's result rows, in claim order
 
 
 -- fragment: item_insert(rows)
@@ -164,3 +167,55 @@ SET state = 'stopped', outcome = 'stopped', stopped_at = now(), lease_token = NU
     attempts = greatest(w.attempts - 1, 0)
 WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states:running}
 RETURNING w.id
+
+
+-- fragment: flow_limits(c, u)
+-- The limits flow control enforces on a queue, as a select list: the operator's override in
+-- the work_queue_controls row C (LEFT JOINed: all NULL when the queue has none) wins over the
+-- settings' value in U (columns cap, group_cap, rate_n, rate_s, group_rate_n, group_rate_s).
+-- Output columns: paused, cap, group_cap, rate_n, rate_s, group_rate_n, group_rate_s. A rate's
+-- period comes with its count: an overridden count brings the override's period.
+coalesce($c.paused, false) AS paused,
+coalesce($c.max_running, $u.cap) AS cap,
+coalesce($c.max_running_per_group, $u.group_cap) AS group_cap,
+coalesce($c.rate_count, $u.rate_n) AS rate_n,
+CASE WHEN $c.rate_count IS NOT NULL THEN $c.rate_period ELSE $u.rate_s END AS rate_s,
+coalesce($c.rate_per_group_count, $u.group_rate_n) AS group_rate_n,
+CASE WHEN $c.rate_per_group_count IS NOT NULL THEN $c.rate_per_group_period ELSE $u.group_rate_s END
+    AS group_rate_s
+
+
+-- fragment: claim_take(candidates)
+-- The take of a claim (item_claim, item_claim_flow), as two CTEs, claimed and settled, over
+-- the relation CANDIDATES (columns id, lapsed, spent, lease_s; rows locked by the walk that
+-- found them). Each candidate is handed out (active, an attempt charged, a fresh lease
+-- proof, reclaimed when its lease had lapsed), except a lapsed one that spent its attempts,
+-- which is settled instead (lapsed_settle). Both return {claimed} plus claim_run_after, the
+-- run_after the claim order sorts on. Follow with {claim_handed}.
+claimed AS (
+    UPDATE work_items w
+    SET state = 'active', attempts = w.attempts + 1, lease_token = gen_random_uuid(),
+        lease_expires_at = now() + make_interval(secs => c.lease_s), started_at = now(),
+        claimed_by = %(worker_id)s, reclaimed = c.lapsed
+    FROM $candidates c
+    WHERE w.id = c.id AND NOT (c.lapsed AND c.spent)
+    RETURNING {claimed}, w.run_after AS claim_run_after
+),
+settled AS (
+    UPDATE work_items w
+    SET {lapsed_settle:w}
+    FROM $candidates c
+    WHERE w.id = c.id AND c.lapsed AND c.spent
+    RETURNING {claimed}, w.run_after AS claim_run_after
+)
+
+
+-- fragment: claim_handed()
+-- A claim's result, after claim_take's CTEs: the handed-out and the settled rows, best first
+-- (priority, run_after, id), each with a relaxed_commit column: {relaxed}, except when the
+-- claim settled spent items, since terminal writes wait for the disk.
+SELECT handed.*,
+       (SELECT set_config('synchronous_commit', 'off', true)
+        WHERE %(relaxed)s::bool AND NOT EXISTS (SELECT 1 FROM settled)) AS relaxed_commit
+FROM (SELECT * FROM claimed UNION ALL SELECT * FROM settled) AS handed
+ORDER BY handed.priority DESC, handed.claim_run_after, handed.id

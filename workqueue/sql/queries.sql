@@ -82,7 +82,8 @@ FROM (SELECT q FROM unnest(%(queues)s::text[]) AS q ORDER BY q) AS ordered;
 -- here: the caller's cached view was stale, and item_claim_flow (controls.sql) serves it.
 -- One lease proof is minted per claim. A lapsed item that has
 -- spent its attempts is settled failed instead of handed out again, and returned so
--- hooks can react. Rows come back in claim order, so runners start the best first.
+-- hooks can react (claim_take). Rows come back in claim order, so runners start the best
+-- first (claim_handed).
 WITH q AS (
     SELECT u.name, u.lease_s,
            CASE WHEN {flow_gated:u.name} THEN 0
@@ -122,28 +123,8 @@ candidates AS (
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
 ),
-claimed AS (
-    UPDATE work_items w
-    SET state = 'active', attempts = w.attempts + 1, lease_token = gen_random_uuid(),
-        lease_expires_at = now() + make_interval(secs => c.lease_s), started_at = now(),
-        claimed_by = %(worker_id)s, reclaimed = c.lapsed
-    FROM candidates c
-    WHERE w.id = c.id AND NOT (c.lapsed AND c.spent)
-    RETURNING {claimed}, w.run_after AS claim_run_after
-),
-settled AS (
-    UPDATE work_items w
-    SET {lapsed_settle:w}
-    FROM candidates c
-    WHERE w.id = c.id AND c.lapsed AND c.spent
-    RETURNING {claimed}, w.run_after AS claim_run_after
-)
-SELECT handed.*,
-       -- {relaxed}, except when this claim failed spent items: terminal writes wait for disk.
-       (SELECT set_config('synchronous_commit', 'off', true)
-        WHERE %(relaxed)s::bool AND NOT EXISTS (SELECT 1 FROM settled)) AS relaxed_commit
-FROM (SELECT * FROM claimed UNION ALL SELECT * FROM settled) AS handed
-ORDER BY handed.priority DESC, handed.claim_run_after, handed.id;
+{claim_take:candidates}
+{claim_handed};
 
 
 -- name: item_extend
