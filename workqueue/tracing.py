@@ -41,6 +41,12 @@ _otel: Any = _UNSET  # None when OpenTelemetry is not installed; a namespace of 
 SYSTEM = "workqueue"
 
 
+def _placeholder(provider, class_name: str):
+    """``provider`` if it is the API's stand-in for a provider not yet installed, else a marker
+    that no provider is (so an already installed one counts as configured)."""
+    return provider if type(provider).__name__ == class_name else _UNSET
+
+
 def _load():
     global _otel
     if _otel is not _UNSET:
@@ -55,6 +61,11 @@ def _load():
     meter = metrics.get_meter("workqueue")
     _otel = SimpleNamespace(
         trace=trace,
+        metrics=metrics,
+        # The placeholders the API hands out until the site installs a provider (the SDK): while
+        # both are still current, a run's span records nothing and its metrics go nowhere.
+        unset_tracers=_placeholder(trace.get_tracer_provider(), "ProxyTracerProvider"),
+        unset_meters=_placeholder(metrics.get_meter_provider(), "_ProxyMeterProvider"),
         context=context,
         propagator=TraceContextTextMapPropagator(),
         tracer=tracer,
@@ -97,10 +108,25 @@ class RunTrace:
         self.started = time.perf_counter()
 
 
+def _configured(ot) -> bool:
+    """Whether the site has installed a tracer or meter provider (the API's own check, per call:
+    a provider may be installed after the worker started)."""
+    return (
+        ot.trace.get_tracer_provider() is not ot.unset_tracers or ot.metrics.get_meter_provider() is not ot.unset_meters
+    )
+
+
 def start_run(item, worker_id: str) -> RunTrace | None:
-    """Open the run's consumer span (current from here on in this thread or task); None without OpenTelemetry."""
+    """Open the run's consumer span (current from here on in this thread or task); None without
+    OpenTelemetry, or when there is nothing to record and nothing to pass on (no provider installed
+    and no trace context on the item)."""
     ot = _otel if _otel is not _UNSET else _load()
     if ot is None:
+        return None
+    if not item.trace_context and not _configured(ot):
+        # The API alone would open a non-recording span with no parent: nothing a later
+        # inject() could carry, no metrics. (With a trace context on the item the non-recording
+        # span still carries it on to what the handler enqueues, so that case takes the path below.)
         return None
     parent = ot.propagator.extract(item.trace_context) if item.trace_context else None
     span = ot.tracer.start_span(
@@ -152,7 +178,9 @@ def end_run(run: RunTrace | None, outcome: str, exc: BaseException | None = None
 def span(name: str, attributes: dict | None = None):
     """A span around a step inside a run (``with tracing.span(...):``); a no-op without OpenTelemetry."""
     ot = _otel if _otel is not _UNSET else _load()
-    if ot is None:
+    if ot is None or not _configured(ot):
+        # Without a provider the API's span would be a non-recording one carrying the current
+        # span's context: the same context that stays current without it.
         return _NOOP
     return ot.tracer.start_as_current_span(name, attributes=attributes)
 

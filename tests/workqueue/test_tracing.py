@@ -199,3 +199,46 @@ def test_an_async_handlers_run_span_is_in_the_enqueuers_trace_too(otel):
     assert span.context.trace_id == parent.get_span_context().trace_id
     assert span.parent.span_id == parent.get_span_context().span_id
     assert span.attributes["workqueue.outcome"] == "succeeded"
+
+
+NO_PROVIDER = textwrap.dedent(
+    """
+    from types import SimpleNamespace
+
+    import django
+    django.setup()
+    from workqueue import tracing
+
+    def item(context):
+        return SimpleNamespace(queue="test.noop", public_id="work_x", key="k", attempts=1, reclaimed=False,
+                               trace_context=context)
+
+    # OpenTelemetry installed, no provider: a run with nothing to pass on opens nothing.
+    print("PLAIN", tracing.start_run(item(None), "w"))
+    # A run whose item carries a trace context still passes it on to what its handler enqueues.
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    run = tracing.start_run(item({"traceparent": parent}), "w")
+    print("CARRIED", tracing.inject()["traceparent"].split("-")[1])
+    tracing.end_run(run, "succeeded")
+    print("AFTER", tracing.inject())
+    # A provider installed after the worker started is seen at the next run.
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    trace.set_tracer_provider(TracerProvider())
+    run = tracing.start_run(item(None), "w")
+    print("RECORDING", run.span.is_recording())
+    tracing.end_run(run, "succeeded")
+    """
+)
+
+
+def test_with_no_provider_installed_a_run_opens_no_span_yet_passes_a_trace_context_on(subprocess_env):
+    done = subprocess.run(
+        [sys.executable, "-c", NO_PROVIDER], cwd=ROOT, env=subprocess_env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    assert lines["PLAIN"] == "None"
+    assert lines["CARRIED"] == "0af7651916cd43dd8448eb211c80319c"
+    assert lines["AFTER"] == "None"
+    assert lines["RECORDING"] == "True"
