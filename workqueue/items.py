@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from workqueue.exceptions import InvalidMetadata
-from workqueue.sql import ITEM_COLUMNS
+from workqueue.sql import CLAIMED_COLUMNS, ITEM_COLUMNS
 
 _N = len(ITEM_COLUMNS)
+_CLAIMED_N = len(CLAIMED_COLUMNS)
 
 
 def _json(value):
@@ -64,46 +65,14 @@ class Item:
 
     @classmethod
     def from_claimed(cls, row) -> Item:
-        """An Item from a claim's slim row (CLAIMED_COLUMNS); the other fields stay empty."""
-        (
-            id_,
-            public_id,
-            queue,
-            key,
-            environment_id,
-            state,
-            priority,
-            attempts,
-            max_attempts,
-            lease_token,
-            lease_expires_at,
-            reclaimed,
-            metadata,
-            trace_context,
-            created_at,
-            last_error,
-        ) = row[:16]
-        return cls(
-            id_,
-            public_id,
-            queue,
-            key,
-            environment_id,
-            state,
-            None,
-            priority,
-            None,
-            attempts,
-            max_attempts,
-            lease_token,
-            lease_expires_at,
-            reclaimed,
-            _json(metadata) or {},
-            _json(trace_context),
-            created_at,
-            None,
-            last_error,
-        )
+        """An Item from a claim's slim row (CLAIMED_COLUMNS: Item's leading fields, in order);
+        the fields after them stay empty."""
+        item = cls(*row[:_CLAIMED_N])
+        metadata = item.metadata
+        item.metadata = {} if metadata == "{}" else _json(metadata) or {}
+        if item.trace_context is not None:
+            item.trace_context = _json(item.trace_context)
+        return item
 
     @property
     def final(self) -> bool:

@@ -361,7 +361,10 @@ class WorkItemManager(models.Manager):
             if flow:
                 params.update(controls.flow_params(confs))
                 rows = sql.run("item_claim_flow", params, using=self.db, queries=sql.CONTROLS)
+            elif capped:
+                rows = sql.run("item_claim_capped", params, using=self.db)
             else:
+                # No cap to share out: the plainer statement, quicker to plan (each claim is).
                 rows = sql.run("item_claim", params, using=self.db)
             result = ClaimResult()
             for row in rows:
@@ -440,14 +443,14 @@ class WorkItemManager(models.Manager):
             {"ids": [i.id for i in items], "tokens": [i.lease_token for i in items], "outcome": outcome},
             using=self.db,
         )
-        # (id, proof): an old and a new claim of one item in one batch are told apart.
-        done = {(r[0], r[1]) for r in rows}
+        # Positions, not ids: an old and a new claim of one item in one batch are told apart.
+        done = {r[0] for r in rows}
         settled: list[Item] = []
         lost: list[Item] = []
         # The Items keep their proof: a settlement inside the caller's transaction can still
         # roll back, and then the proof is what the holder (and its lease keeper) needs.
-        for item in items:
-            (settled if (item.id, item.lease_token) in done else lost).append(item)
+        for n, item in enumerate(items, 1):
+            (settled if n in done else lost).append(item)
         return settled, lost
 
     def fail(self, item: Item, error: str, delay: float | None = None, permanent: bool = False) -> str:

@@ -109,9 +109,13 @@ def test_explain_of_the_claim_uses_the_claim_index_on_100k_rows():
         cur.execute("SELECT count(*), count(*) FILTER (WHERE state = 'queued') FROM work_items")
         assert cur.fetchone() == (100000, 1000)
         # wires: a capped over_wire queue also counts live wire reservations against its cap.
-        for caps, wires in (([None, None], [False, False]), ([None, 3], [False, False]), ([None, 3], [False, True])):
+        for name, caps, wires in (
+            ("item_claim", [None, None], [False, False]),
+            ("item_claim_capped", [None, 3], [False, False]),
+            ("item_claim_capped", [None, 3], [False, True]),
+        ):
             cur.execute(
-                "EXPLAIN " + QUERIES["item_claim"],
+                "EXPLAIN " + QUERIES[name],
                 {
                     "queues": ["test.noop", "test.capped"],
                     "limits": [10, 10],

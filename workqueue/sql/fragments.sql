@@ -31,6 +31,7 @@
 --   {item_retry_after:SOURCE, ID, DELAY_S, ERROR}   back to queued after the delay
 --   {item_stop_refunded:ID, TOKEN}          settle as a no-op, refunding the claim's attempt
 --   {flow_limits:C, U}                      a queue's effective flow limits (controls over settings)
+--   {claim_walk:Q}                          a claim's ready and lapsed walks, per queue row of Q
 --   {claim_take:CANDIDATES}                 a claim's take: hand out or settle each candidate
 --   {claim_handed}                          a claim's result rows, in claim order
 
@@ -185,13 +186,43 @@ CASE WHEN $c.rate_per_group_count IS NOT NULL THEN $c.rate_per_group_period ELSE
     AS group_rate_s
 
 
+-- fragment: claim_walk(q)
+-- A claim's two index walks, as the CTEs ready and lapsed (each followed by a comma), per
+-- row of the relation Q (columns name, n, lease_s: a queue, how many it may take, its lease):
+-- its best ready items (priority, run_after, age; work_items_claim_idx) and its items whose
+-- holder's lease lapsed (oldest expiry first; work_items_held_idx), at most n of each, never
+-- wire items, each row locked, skipping rows another claim holds. Columns: id, lapsed,
+-- priority, run_after, spent, queue_name, quota (n), lease_s.
+ready AS (
+    SELECT c.*, $q.name AS queue_name, $q.n AS quota, $q.lease_s FROM $q CROSS JOIN LATERAL (
+        SELECT w.id, false AS lapsed, w.priority, w.run_after, w.attempts >= w.max_attempts AS spent
+        FROM work_items w
+        WHERE w.state = 'queued' AND NOT w.wire AND w.queue = $q.name AND w.run_after <= now()
+        ORDER BY w.priority DESC, w.run_after, w.id
+        LIMIT $q.n
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+),
+lapsed AS (
+    SELECT c.*, $q.name AS queue_name, $q.n AS quota, $q.lease_s FROM $q CROSS JOIN LATERAL (
+        SELECT w.id, true AS lapsed, w.priority, w.run_after, {lapsed_spent:w} AS spent
+        FROM work_items w
+        WHERE w.state IN {states:running} AND NOT w.wire AND w.queue = $q.name
+          AND w.lease_expires_at < now()
+        ORDER BY w.lease_expires_at
+        LIMIT $q.n
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+),
+
+
 -- fragment: claim_take(candidates)
 -- The take of a claim (item_claim, item_claim_flow), as two CTEs, claimed and settled, over
 -- the relation CANDIDATES (columns id, lapsed, spent, lease_s; rows locked by the walk that
 -- found them). Each candidate is handed out (active, an attempt charged, a fresh lease
 -- proof, reclaimed when its lease had lapsed), except a lapsed one that spent its attempts,
--- which is settled instead (lapsed_settle). Both return {claimed} plus claim_run_after, the
--- run_after the claim order sorts on. Follow with {claim_handed}.
+-- which is settled instead (lapsed_settle). Both return {claimed} (run_after among its
+-- columns: the claim order sorts on it). Follow with {claim_handed}.
 claimed AS (
     UPDATE work_items w
     SET state = 'active', attempts = w.attempts + 1, lease_token = gen_random_uuid(),
@@ -199,14 +230,14 @@ claimed AS (
         claimed_by = %(worker_id)s, reclaimed = c.lapsed
     FROM $candidates c
     WHERE w.id = c.id AND NOT (c.lapsed AND c.spent)
-    RETURNING {claimed}, w.run_after AS claim_run_after
+    RETURNING {claimed}
 ),
 settled AS (
     UPDATE work_items w
     SET {lapsed_settle:w}
     FROM $candidates c
     WHERE w.id = c.id AND c.lapsed AND c.spent
-    RETURNING {claimed}, w.run_after AS claim_run_after
+    RETURNING {claimed}
 )
 
 
@@ -218,4 +249,4 @@ SELECT handed.*,
        (SELECT set_config('synchronous_commit', 'off', true)
         WHERE %(relaxed)s::bool AND NOT EXISTS (SELECT 1 FROM settled)) AS relaxed_commit
 FROM (SELECT * FROM claimed UNION ALL SELECT * FROM settled) AS handed
-ORDER BY handed.priority DESC, handed.claim_run_after, handed.id
+ORDER BY handed.priority DESC, handed.run_after, handed.id

@@ -72,18 +72,38 @@ FROM (SELECT q FROM unnest(%(queues)s::text[]) AS q ORDER BY q) AS ordered;
 
 
 -- name: item_claim
--- The in-process lane (runworker claims relaxed: see RELAXED_FRAGMENT in workqueue/sql.py).
--- Per queue, take the best ready items (priority, run_after, age)
--- and items whose holder's lease lapsed (reclaimed), never wire items; a capped queue
--- takes no more than its free slots (slots_used: holders with a live lease, plus live wire
--- reservations on an over_wire queue), and the ready and lapsed candidates share that quota
--- (ranked per queue), since a reclaimed item takes a slot too. A queue an operator has put
--- under flow control (flow_gated: paused or limited in work_queue_controls) gets nothing
--- here: the caller's cached view was stale, and item_claim_flow (controls.sql) serves it.
--- One lease proof is minted per claim. A lapsed item that has
--- spent its attempts is settled failed instead of handed out again, and returned so
--- hooks can react (claim_take). Rows come back in claim order, so runners start the best
--- first (claim_handed).
+-- The in-process lane, for queues with no max_running (runworker claims relaxed: see
+-- RELAXED_FRAGMENT in workqueue/sql.py; a capped queue is claimed by item_claim_capped).
+-- Per queue, take the best ready items (priority, run_after, age) and items whose holder's
+-- lease lapsed (reclaimed), never wire items, then the best %(limit)s of them all. A queue an
+-- operator has put under flow control (flow_gated: paused or limited in work_queue_controls)
+-- gets nothing here: the caller's cached view was stale, and item_claim_flow (controls.sql)
+-- serves it. One lease proof is minted per claim. A lapsed item that has spent its attempts
+-- is settled failed instead of handed out again, and returned so hooks can react
+-- (claim_take). Rows come back in claim order, so runners start the best first
+-- (claim_handed). Written for the planner: every claim is planned afresh (a custom plan: a
+-- plan kept across claims would be one made when the table looked empty), so no step is
+-- here that the uncapped claim does not need.
+WITH q AS (
+    SELECT u.name, u.lease_s, CASE WHEN {flow_gated:u.name} THEN 0 ELSE %(limit)s::int END AS n
+    FROM unnest(%(queues)s::text[], %(leases)s::float8[]) AS u(name, lease_s)
+),
+{claim_walk:q}
+candidates AS (
+    SELECT * FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS b
+    ORDER BY b.priority DESC, b.run_after, b.id
+    LIMIT %(limit)s
+),
+{claim_take:candidates}
+{claim_handed};
+
+
+-- name: item_claim_capped
+-- item_claim for claims where some queue has a max_running (the caller holds each capped
+-- queue's cap_lock: queue_lock_caps): a capped queue takes no more than its free slots
+-- (slots_used: holders with a live lease, plus live wire reservations on an over_wire queue),
+-- and its ready and lapsed candidates share that quota (ranked per queue), since a
+-- reclaimed item takes a slot too.
 WITH q AS (
     SELECT u.name, u.lease_s,
            CASE WHEN {flow_gated:u.name} THEN 0
@@ -93,27 +113,7 @@ WITH q AS (
     FROM unnest(%(queues)s::text[], %(limits)s::int[], %(leases)s::float8[], %(caps)s::int[], %(wires)s::bool[])
          AS u(name, n, lease_s, cap, wire)
 ),
-ready AS (
-    SELECT c.*, q.name AS queue_name, q.n AS quota, q.lease_s FROM q CROSS JOIN LATERAL (
-        SELECT w.id, false AS lapsed, w.priority, w.run_after, w.attempts >= w.max_attempts AS spent
-        FROM work_items w
-        WHERE w.state = 'queued' AND NOT w.wire AND w.queue = q.name AND w.run_after <= now()
-        ORDER BY w.priority DESC, w.run_after, w.id
-        LIMIT q.n
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-),
-lapsed AS (
-    SELECT c.*, q.name AS queue_name, q.n AS quota, q.lease_s FROM q CROSS JOIN LATERAL (
-        SELECT w.id, true AS lapsed, w.priority, w.run_after, {lapsed_spent:w} AS spent
-        FROM work_items w
-        WHERE w.state IN {states:running} AND NOT w.wire AND w.queue = q.name
-          AND w.lease_expires_at < now()
-        ORDER BY w.lease_expires_at
-        LIMIT q.n
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-),
+{claim_walk:q}
 ranked AS (
     SELECT b.*, row_number() OVER (PARTITION BY b.queue_name ORDER BY b.priority DESC, b.run_after, b.id) AS rank
     FROM (SELECT * FROM ready UNION ALL SELECT * FROM lapsed) AS b
@@ -164,8 +164,9 @@ FROM t LEFT JOIN renewed r ON r.id = t.id AND r.lease_token = t.token;
 
 -- name: item_complete_many
 -- Settle held items with an outcome, many at once; each row presents its own proof, so a
--- stale proof settles nothing for that row and leaves the others alone. The proof comes
--- back with the id: a batch may hold an old and a new claim of one item.
+-- stale proof settles nothing for that row and leaves the others alone. What comes back is
+-- each settled row's position in the arrays (1-based): a batch may hold an old and a new
+-- claim of one item, and a position tells them apart without the caller hashing proofs.
 -- Each presented id is looked up by primary key, so a settle costs its own rows only. The
 -- held states are written as "not unheld" (unheld: every other state, in workqueue/states.py)
 -- so the planner cannot read work_items_held_idx instead: on a table of history it estimates
@@ -176,9 +177,9 @@ FROM t LEFT JOIN renewed r ON r.id = t.id AND r.lease_token = t.token;
 UPDATE work_items w
 SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL
-FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS t(id, token)
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS t(id, token, n)
 WHERE w.id = t.id AND w.lease_token = t.token AND w.state NOT IN {states:unheld}
-RETURNING w.id, t.token;
+RETURNING t.n;
 
 
 -- name: item_retry

@@ -14,7 +14,6 @@ on as a coroutine (an async operation or task) from the threads' lane to the loo
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 from workqueue.lease import Hold, LeaseKeeper
 from workqueue.listener import Signal
@@ -88,13 +87,13 @@ class Ledger:
             return self.on_loop <= self.loop_refill_at
         return self.inflight - self.on_loop <= self.refill_at
 
-    def start(self, hold: Hold, context: Callable[[], Context]) -> Context | None:
-        """Mark ``hold`` running with a new context, unless it was cancelled while it waited."""
+    def start(self, hold: Hold, context: Context) -> bool:
+        """Mark ``hold`` running under ``context``, unless it was cancelled while it waited."""
         with self._lock:
             if hold.is_cancelled():
-                return None  # lost (or given up) while it waited: someone else may have it now
-            ctx = self._running[hold] = context()
-            return ctx
+                return False  # lost (or given up) while it waited: someone else may have it now
+            self._running[hold] = context
+            return True
 
     def stopped(self, hold: Hold) -> None:
         with self._lock:

@@ -95,8 +95,8 @@ class Runs:
             log.error("%r: no handler registered for queue %s; not running it", item, item.queue)
             self.ledger.finished(hold, ok=False)
             return None
-        ctx = self.ledger.start(hold, lambda: Context(item, hold, self.worker_id, self.using))
-        if ctx is None:
+        ctx = Context(item, hold, self.worker_id, self.using)
+        if not self.ledger.start(hold, ctx):
             log.warning("%r: its lease went while it waited to start (%s); not running it", item, hold.reason)
             self.ledger.finished(hold, ok=False)
             return None
@@ -191,7 +191,7 @@ class ThreadRunnerPool:
         except BaseException as raised:  # every ending is the settler's to judge (outcome_of)
             exc = raised
         else:
-            if inspect.isawaitable(returned):
+            if returned is not None and inspect.isawaitable(returned):
                 # The handler's work goes on as a coroutine: the loop awaits it, this thread is free.
                 self.runs.to_loop(hold, ctx, returned, tracing.handoff(traced))
                 return

@@ -53,6 +53,14 @@ class Settler:
     def ending(self, hold: Hold, ctx: Context, exc: BaseException | None) -> str:
         """Record how ``hold``'s handler ended; return the outcome (succeeded, retried, failed,
         cancelled, lost, released) for its span."""
+        if exc is None and not ctx.settled:
+            # The usual ending, first and short: the handler returned without settling.
+            self.ledger.stopped(hold)
+            ctx.end_run()
+            if not hold.is_cancelled():
+                self._queue_completion(hold)
+                return "succeeded"
+            return self._returned_cancelled(hold)
         item = hold.item
         verdict = "succeeded"
         usable = True
@@ -79,19 +87,26 @@ class Settler:
         if outcome.action is not Action.COMPLETE or ctx.settled:
             self.ledger.finished(hold, ok=outcome.action is Action.COMPLETE)
         elif ctx.is_cancelled():
-            # A handler that returns after it was cancelled has stopped, not finished. Leave
-            # the item as the cancellation left it (released at shutdown, reclaimable after a
-            # stall, someone else's after a lost lease) instead of marking it succeeded.
-            log.warning("%r returned after it was cancelled (%s); not settled", item, hold.reason or "cancelled")
-            self.ledger.finished(hold, ok=False)
-            verdict = "cancelled"
+            verdict = self._returned_cancelled(hold)
         else:
-            hold.settling = True
-            with self._cv:
-                self._pending.append(hold)
-                if len(self._pending) == 1:
-                    self._cv.notify()  # the settler sleeps only when its list is empty
+            self._queue_completion(hold)
         return verdict
+
+    def _queue_completion(self, hold: Hold) -> None:
+        """Hand a returned handler's item to the settler thread to complete in its next batch."""
+        hold.settling = True
+        with self._cv:
+            self._pending.append(hold)
+            if len(self._pending) == 1:
+                self._cv.notify()  # the settler sleeps only when its list is empty
+
+    def _returned_cancelled(self, hold: Hold) -> str:
+        # A handler that returns after it was cancelled has stopped, not finished. Leave the
+        # item as the cancellation left it (released at shutdown, reclaimable after a stall,
+        # someone else's after a lost lease) instead of marking it succeeded.
+        log.warning("%r returned after it was cancelled (%s); not settled", hold.item, hold.reason or "cancelled")
+        self.ledger.finished(hold, ok=False)
+        return "cancelled"
 
     def _fail(self, item: Item, ctx: Context, error: str, delay: float | None = None, permanent: bool = False) -> str:
         """Record the failure; return what became of the item (retried, failed; lost if not ours)."""
