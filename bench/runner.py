@@ -652,93 +652,167 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def bench_wire(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
-    import httpx
+def _children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (gunicorn's workers), from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if int(text[text.rindex(")") + 2 :].split()[1]) == pid:  # field 4: the parent's pid
+            found.append(int(stat.parent.name))
+    return found
 
-    from workqueue.environments import create_environment
-    from workqueue.models import WorkItem
 
-    _reset()
-    env, key = create_environment(f"bench-{uuid.uuid4().hex[:6]}", "self_hosted")
-    WorkItem.objects.enqueue_many(
-        [{"queue": "tool_exec", "key": f"sess-{i}", "environment": env.id} for i in range(opts.wire_items)]
-    )
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "project.wsgi",
-            "--worker-class",
-            "gthread",
-            "--workers",
-            "2",
-            "--threads",
-            "8",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=dict(os.environ, DATABASE_URL=db.url, DEBUG="0", SECRET_KEY=BENCH_SECRET_KEY),
-    )
-    base = f"http://127.0.0.1:{port}/v1/environments/{env.id}/work"
-    headers = {"Authorization": f"Bearer {key}", "Anthropic-Worker-ID": "bench"}
-    try:
+class Gunicorn:
+    """A gunicorn (gthread, 2 workers × 8 threads) serving ``app`` on a free port, until stop()."""
+
+    def __init__(self, app: str, env: dict):
+        self.port = _free_port()
+        self.app_name = cpu.app_name("bench-wire")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                app,
+                "--worker-class",
+                "gthread",
+                "--workers",
+                "2",
+                "--threads",
+                "8",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=dict(os.environ, PGAPPNAME=self.app_name, **env),
+        )
+
+    def wait_up(self, url: str, headers: dict) -> None:
+        import httpx
+
         deadline = time.monotonic() + 30
         while True:
             try:
-                httpx.get(f"{base}/stats", headers=headers, timeout=1).raise_for_status()
-                break
+                if httpx.get(url, headers=headers, timeout=1).status_code < 500:
+                    return
             except (httpx.HTTPError, OSError):
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("gunicorn did not come up")
-                time.sleep(0.1)
-        cycles = []
-        errors = []
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn ({self.proc.args[3]}) did not come up")
+            time.sleep(0.1)
 
-        def client(n: int) -> None:
-            done = 0
-            with httpx.Client(headers={**headers, "Anthropic-Worker-ID": f"bench-{n}"}, timeout=10) as http:
-                while True:
-                    polled = http.get(f"{base}/poll", params={"reclaim_older_than_ms": 60_000})
-                    if polled.status_code != 200:
-                        errors.append(polled.text)
+    def meter(self) -> cpu.Meter:
+        """CPU of the master and its workers, and of their backends."""
+        return cpu.Meter(
+            [self.proc.pid, *_children(self.proc.pid)], cpu.backends_by_app_name(connection.cursor, self.app_name)
+        )
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _wire_cycles(base: str, headers: dict, clients: int) -> tuple[int, float]:
+    """Run ``clients`` threads, each polling, acking, heartbeating and stopping items at ``base``
+    until a poll comes back empty; return (cycles, seconds)."""
+    import httpx
+
+    cycles: list[int] = []
+    errors: list[str] = []
+
+    def client(n: int) -> None:
+        done = 0
+        with httpx.Client(headers={**headers, "Anthropic-Worker-ID": f"bench-{n}"}, timeout=10) as http:
+            while True:
+                polled = http.get(f"{base}/poll", params={"reclaim_older_than_ms": 60_000})
+                if polled.status_code != 200:
+                    errors.append(polled.text)
+                    return
+                work = polled.json()
+                if work is None:
+                    break
+                wid = work["id"]
+                for response in (
+                    http.post(f"{base}/{wid}/ack"),
+                    http.post(f"{base}/{wid}/heartbeat", params={"expected_last_heartbeat": "NO_HEARTBEAT"}),
+                    http.post(f"{base}/{wid}/stop", json={"force": True}),
+                ):
+                    if response.status_code != 200:
+                        errors.append(response.text)
                         return
-                    work = polled.json()
-                    if work is None:
-                        break
-                    wid = work["id"]
-                    for response in (
-                        http.post(f"{base}/{wid}/ack"),
-                        http.post(f"{base}/{wid}/heartbeat", params={"expected_last_heartbeat": "NO_HEARTBEAT"}),
-                        http.post(f"{base}/{wid}/stop", json={"force": True}),
-                    ):
-                        if response.status_code != 200:
-                            errors.append(response.text)
-                            return
-                    done += 1
-            cycles.append(done)
+                done += 1
+        cycles.append(done)
 
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(opts.wire_clients)]
-        started = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - started
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(30)
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
     if errors:
         raise RuntimeError(f"wire cycle failed: {errors[0]}")
+    return sum(cycles), elapsed
+
+
+def bench_wire(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    """The wire cycle through the real API (project.wsgi) and through the raw ceiling
+    (bench.wire_ceiling: the same four statements behind a bare WSGI callable), on the same
+    gunicorn, the same clients, alternating run by run."""
+    from workqueue.environments import create_environment
+    from workqueue.models import WorkItem
+
+    servers = {
+        "api": ("project.wsgi", {"DATABASE_URL": db.url, "DEBUG": "0", "SECRET_KEY": BENCH_SECRET_KEY}),
+        "raw": ("bench.wire_ceiling:app", {"WIRE_CEILING_CONNINFO": db.conninfo}),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in servers}
+    spent = {name: cpu.Cpu(0.0, 0.0) for name in servers}
+    done = dict.fromkeys(servers, 0)
+    for _ in range(opts.runs):
+        for name, (app, env) in servers.items():
+            _reset()
+            environment, key = create_environment(f"bench-{uuid.uuid4().hex[:6]}", "self_hosted")
+            WorkItem.objects.enqueue_many(
+                [
+                    {"queue": "tool_exec", "key": f"sess-{i}", "environment": environment.id}
+                    for i in range(opts.wire_items)
+                ]
+            )
+            server = Gunicorn(app, env)
+            base = f"http://127.0.0.1:{server.port}/v1/environments/{environment.id}/work"
+            headers = {"Authorization": f"Bearer {key}", "Anthropic-Worker-ID": "bench"}
+            try:
+                server.wait_up(f"{base}/stats", headers)
+                time.sleep(0.5)  # both workers up
+                meter = server.meter().start()
+                cycles, elapsed = _wire_cycles(base, headers, opts.wire_clients)
+                spent[name] += meter.stop()
+            finally:
+                server.stop()
+            if cycles != opts.wire_items:
+                raise RuntimeError(f"wire cycle ({name}): {cycles} of {opts.wire_items} items went round")
+            rates[name].append(cycles / elapsed)
+            done[name] += cycles
     report.add(
         f"wire: poll → ack → heartbeat → stop, {opts.wire_clients} clients",
-        sum(cycles) / elapsed,
+        statistics.median(rates["api"]),
         "cycles/s",
-        note="gunicorn gthread 2×8, httpx",
+        statistics.median(rates["raw"]),
+        "gunicorn gthread 2×8, httpx; raw: the 4 statements behind a bare WSGI callable",
+        spent=spent["api"],
+        spent_items=done["api"],
+        raw_spent=spent["raw"],
+        raw_spent_items=done["raw"],
     )
 
 

@@ -288,6 +288,8 @@ ORDER BY e.id;
 -- The same statement forgets this environment's other pollers already outside the window,
 -- so the table stays bounded by recently active workers; those rows could not count anyway.
 -- No row back: this worker id is new (wire_record_new_poller adds it, within the cap).
+-- Relaxed when %(relaxed)s (its own transaction): a last_seen lost in a server crash only
+-- makes the worker look idle a little early, and its next poll writes it again.
 WITH pruned AS (
     DELETE FROM work_pollers
     WHERE environment_id = %(environment_id)s AND worker_id <> %(worker_id)s
@@ -295,7 +297,7 @@ WITH pruned AS (
 )
 UPDATE work_pollers SET last_seen = now()
 WHERE environment_id = %(environment_id)s AND worker_id = %(worker_id)s
-RETURNING 1;
+RETURNING 1, {relaxed};
 
 
 -- name: wire_lock_pollers

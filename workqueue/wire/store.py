@@ -207,8 +207,9 @@ class WireLane:
         """Note that ``worker_id`` polled the environment now (feeds ``workers_polling``).
 
         A new worker id past ``MAX_POLLERS`` live ones raises ``TooManyPollers``, so no key
-        holder can grow the pollers table without bound. Run it inside a transaction: the
-        admission of a new id holds the environment's poller lock until it commits.
+        holder can grow the pollers table without bound. A known id costs one statement (its
+        own relaxed transaction, outside the caller's); a new one is admitted in a transaction
+        that holds the environment's poller lock until it commits.
         """
         conf = wq_settings()
         params = {
@@ -216,9 +217,16 @@ class WireLane:
             "worker_id": worker_id,
             "window_s": conf.polling_window,
             "max_pollers": conf.max_pollers,
+            # Telemetry: never relax a caller's own transaction, only this statement's.
+            "relaxed": not transaction.get_connection(self.db).in_atomic_block,  # type: ignore[attr-defined]
         }
         if self._wire("wire_record_poll", params):
             return
+        with transaction.atomic(using=self.db):  # type: ignore[attr-defined]
+            self._admit_poller(environment_id, params, conf)
+
+    def _admit_poller(self, environment_id: str, params: dict, conf) -> None:
+        """Add a new worker id under the environment's poller lock, within MAX_POLLERS."""
         self._wire("wire_lock_pollers", params)
         self_hosted, added = self._wire("wire_record_new_poller", params)[0]
         if self_hosted and not added:

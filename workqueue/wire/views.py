@@ -106,8 +106,7 @@ def _record_poll(environment_id: str, worker_id: str) -> None:
     # Telemetry: a failure here is logged and never fails the poll. The one refusal is a new
     # worker id past MAX_POLLERS, which ends the poll before it reserves anything (429).
     try:
-        with transaction.atomic():
-            WorkItem.objects.record_poll(environment_id, worker_id)
+        WorkItem.objects.record_poll(environment_id, worker_id)
     except TooManyPollers:
         raise
     except Exception:
