@@ -63,13 +63,13 @@ class Definition:
     #: what run returned (or None) and what it raised (or None). Not called when the attempt is
     #: retried or its end could not be recorded. What it raises is logged, never propagated.
     finished: Callable | None = None
+    #: Whether ``run`` is an ``async def`` (awaited on runworker's event loop); worked out once.
+    is_async: bool = dataclasses.field(init=False, default=False)
 
-    @property
-    def is_async(self) -> bool:
-        """Whether ``run`` is an ``async def`` (awaited on runworker's event loop)."""
+    def __post_init__(self):
         from workqueue.aio import is_async
 
-        return is_async(self.run)
+        object.__setattr__(self, "is_async", is_async(self.run))
 
     def delay_after(self, request, attempt_number: int, default: float) -> float:
         """Seconds to wait before retrying after attempt ``attempt_number`` failed."""

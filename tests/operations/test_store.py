@@ -51,3 +51,31 @@ def test_the_store_has_one_function_per_statement_and_only_it_runs_them():
         if path.name != "store.py":
             text = path.read_text()
             assert "store.run(" not in text and "queries=" not in text, f"{path.name} runs a statement by name"
+
+
+@pytest.mark.django_db
+def test_an_operation_built_from_a_row_is_the_one_the_orm_reads():
+    """to_operation builds instances without Model.__init__: the same values as the ORM's,
+    saved (not adding) on the right database, and the columns a row lacks read on access."""
+    from django.db import connection
+
+    import operations
+    from operations.models import Operation
+
+    started = operations.start("test.ops.tiers", {"units": 2}, owner="alice")
+    table = Operation._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {', '.join(store.OP_COLUMNS)} FROM {table} WHERE id = %s", [started.id])
+        row = cur.fetchone()
+    built = store.to_operation(row)
+    read = Operation.objects.get(pk=started.id)
+    assert {c: getattr(built, c) for c in store.OP_COLUMNS} == {c: getattr(read, c) for c in store.OP_COLUMNS}
+    assert built == read and not built._state.adding and built._state.db == "default"
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {', '.join(store.LIGHT_COLUMNS)} FROM {table} WHERE id = %s", [started.id])
+        light = store.to_operation(cur.fetchone(), store.LIGHT_COLUMNS)
+    assert light.get_deferred_fields() >= {"request", "attempt_log"}
+    assert light.request == {"units": 2}  # read from the database on first access
+    light.message = "saved through the ORM"
+    light.save(update_fields=["message"])
+    assert Operation.objects.get(pk=started.id).message == "saved through the ORM"

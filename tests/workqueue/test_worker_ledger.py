@@ -56,3 +56,29 @@ def test_finished_many_frees_the_event_loops_lane_too():
         assert wake.wait(0)
     finally:
         keeper.close()
+
+
+def test_capacity_freed_wakes_the_claim_loop_only_when_it_found_none():
+    """A claim loop that found room (its queue simply ran dry) waits for a NOTIFY or its poll:
+    each finished item waking it would mean an empty claim per item (two per operation, with
+    the enqueue's NOTIFY). One that found the lane full is woken as soon as room frees up."""
+    keeper = LeaseKeeper(tick=60)
+    wake = Signal()
+    ledger = Ledger(keeper, wake, max_inflight=6, refill_at=3)
+    try:
+        holds = keeper.hold_many([_item(n) for n in range(6)], lease=300, started=False)
+        ledger.claimed(holds[:2])
+        assert ledger.free() == 4  # room left: the claim loop claims, finds the queue empty, waits
+        ledger.finished(holds[0], ok=True)
+        assert not wake.wait(0)  # nothing new to claim because one item finished
+        ledger.claimed(holds[2:])
+        assert ledger.free() == 0  # full: now it waits for room
+        ledger.finished(holds[1], ok=True)  # 4 in flight, still above refill_at: no room yet
+        assert not wake.wait(0)
+        ledger.finished_many(holds[2:4], set())
+        assert wake.wait(0)  # room: woken
+        assert ledger.free() == 4
+        ledger.finished_many(holds[4:], set())
+        assert not wake.wait(0)  # it found room at its last look: not woken again
+    finally:
+        keeper.close()

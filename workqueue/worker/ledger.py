@@ -43,6 +43,10 @@ class Ledger:
         self.inflight = 0  # every claim not yet accounted for, both lanes
         self.on_loop = 0  # of which the event loop's
         self._loop_holds: set[Hold] = set()
+        # Per lane (threads, event loop): whether the claim loop's last look found no room. Only
+        # then does freed capacity wake it; a loop that found room and claimed what there was
+        # waits for a NOTIFY or its poll (a finished item brings no new work with it).
+        self._starved = [False, False]
         self.processed = 0
         self.succeeded = 0
         self.failed = 0
@@ -52,11 +56,12 @@ class Ledger:
         """How many items the claim loop may claim now for a lane (0 until half a batch has started)."""
         with self._lock:
             if on_loop:
-                return self.max_on_loop - self.on_loop if self.on_loop <= self.loop_refill_at else 0
-            threads = self.inflight - self.on_loop
-            if threads > self.refill_at:
-                return 0
-            return self.max_inflight - threads
+                room = self.max_on_loop - self.on_loop if self.on_loop <= self.loop_refill_at else 0
+            else:
+                threads = self.inflight - self.on_loop
+                room = 0 if threads > self.refill_at else self.max_inflight - threads
+            self._starved[on_loop] = room <= 0
+            return room
 
     def claimed(self, holds: list[Hold], *, on_loop: bool = False) -> None:
         with self._lock:
@@ -73,19 +78,20 @@ class Ledger:
                 return
             self._loop_holds.add(hold)
             self.on_loop += 1
-            refill = self.inflight - self.on_loop <= self.refill_at
+            refill = self._starved[False] and self.inflight - self.on_loop <= self.refill_at
         if refill:
             self.wake.set()
 
     def _leave(self, hold: Hold) -> bool:
-        """Drop ``hold`` from its lane (under the lock); whether that lane should claim again."""
+        """Drop ``hold`` from its lane (under the lock); whether the claim loop, which found no
+        room in that lane at its last look, should look again now."""
         self._holds.discard(hold)
         self.inflight -= 1
         if hold in self._loop_holds:
             self._loop_holds.discard(hold)
             self.on_loop -= 1
-            return self.on_loop <= self.loop_refill_at
-        return self.inflight - self.on_loop <= self.refill_at
+            return self._starved[True] and self.on_loop <= self.loop_refill_at
+        return self._starved[False] and self.inflight - self.on_loop <= self.refill_at
 
     def start(self, hold: Hold, context: Context) -> bool:
         """Mark ``hold`` running under ``context``, unless it was cancelled while it waited."""
