@@ -37,6 +37,6 @@ class OperationsConfig(AppConfig):
 
         hooks.register_schedule_target("operation", schedules.fire_operation, schedules.check_operation)
         hooks.register_schedule_target("task", schedules.fire_task, schedules.check_task)
-        hooks.on_items_moved(sweeps.on_items_moved)
+        hooks.on_items_moved(sweeps.on_items_moved, queues=lambda: ops_settings().queues)
         hooks.register_sweep("recover", "operations", sweeps.recover_sweep)
         hooks.register_sweep("reap", "operations", sweeps.reap_sweep)

@@ -1,8 +1,11 @@
 """Extension points other apps plug into without ``workqueue`` importing them.
 
-- ``on_items_moved(fn)``: ``fn(items, reason)`` runs inside the transaction in which items
-  were moved by something other than their handler's own settlement, so an app that mirrors
-  work items elsewhere (``operations``) can follow them atomically. ``reason`` is a
+- ``on_items_moved(fn, queues=None)``: ``fn(items, reason)`` runs inside the transaction in
+  which items were moved by something other than their handler's own settlement, so an app
+  that mirrors work items elsewhere (``operations``) can follow them atomically. ``queues``,
+  a callable returning the names of the queues ``fn`` cares about, limits it to their items
+  (it is not called for the others) and lets a claim or a wire poll on any other queue run
+  as one statement of its own, with no transaction around it (``watched``). ``reason`` is a
   ``MoveReason`` (a ``str`` enum, equal to its value):
 
   - settled by a queue rule: ``ATTEMPTS_EXHAUSTED`` (attempts spent on lapsed leases),
@@ -24,7 +27,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 
 class MoveReason(enum.StrEnum):
@@ -44,30 +47,53 @@ Sweep = Callable[..., dict[str, int]]
 ScheduleFire = Callable[..., tuple[str, str]]
 ScheduleCheck = Callable[..., list[str]]
 
-_items_moved: list[ItemsMovedHook] = []
+# Each hook with the callable naming its queues (None: every queue).
+_items_moved: list[tuple[ItemsMovedHook, Callable[[], Iterable[str]] | None]] = []
 _schedule_targets: dict[str, tuple[ScheduleFire, ScheduleCheck]] = {}
 _sweeps: dict[str, dict[str, Sweep]] = {"recover": {}, "reap": {}}
 
 
-def on_items_moved(fn: ItemsMovedHook) -> ItemsMovedHook:
-    """Call ``fn(items, reason)`` whenever items are moved without their handler (a decorator too)."""
-    if fn not in _items_moved:
-        _items_moved.append(fn)
+def on_items_moved(fn: ItemsMovedHook, *, queues: Callable[[], Iterable[str]] | None = None) -> ItemsMovedHook:
+    """Call ``fn(items, reason)`` whenever items are moved without their handler (a decorator too).
+
+    ``queues``: a callable returning the names of the queues whose items ``fn`` wants (asked
+    each time, so it may follow settings); None, every queue's.
+    """
+    if all(known is not fn for known, _ in _items_moved):
+        _items_moved.append((fn, queues))
     return fn
 
 
 def off_items_moved(fn: ItemsMovedHook) -> None:
     """Stop calling ``fn`` (registered with ``on_items_moved``); nothing if it is not registered."""
-    if fn in _items_moved:
-        _items_moved.remove(fn)
+    _items_moved[:] = [(known, queues) for known, queues in _items_moved if known is not fn]
+
+
+def watched(queues: Iterable[str]) -> bool:
+    """Whether some hook wants items of these queues: a write that may move such items runs in
+    a transaction for it; one that cannot interest any hook may be a statement of its own."""
+    names = set(queues)
+    return any(wants is None or not names.isdisjoint(wants()) for _fn, wants in list(_items_moved))
+
+
+def watched_where(matches: Callable[[str], bool]) -> bool:
+    """Whether some hook wants every queue, or one of its queues ``matches`` (for a write whose
+    queues are not known beforehand, such as a wire poll across an environment's queues)."""
+    return any(wants is None or any(matches(name) for name in wants()) for _fn, wants in list(_items_moved))
 
 
 def items_moved(items: list, reason: MoveReason) -> None:
     """Tell every ``on_items_moved`` hook about items just moved (inside the moving transaction)."""
     if items:
         reason = MoveReason(reason)  # a typo'd reason fails here, not silently in a hook
-        for fn in list(_items_moved):
-            fn(items, reason)
+        for fn, wants in list(_items_moved):
+            if wants is None:
+                fn(items, reason)
+                continue
+            names = set(wants())
+            mine = [item for item in items if item.queue in names]
+            if mine:
+                fn(mine, reason)
 
 
 def register_sweep(kind: str, name: str, fn: Sweep) -> None:

@@ -360,4 +360,12 @@ def test_synchronous_commit_is_turned_off_only_inside_the_soft_transition_statem
                 relaxed.add(name)
                 # Only when the caller asks, and only for the statement's own transaction.
                 assert "%(relaxed)s::bool" in text and "'off', true)" in text, name
-    assert relaxed == {"item_claim", "item_claim_flow", "item_extend_many", "op_begin", "op_flush"}
+    assert relaxed == {
+        "item_claim",
+        "item_claim_capped",
+        "item_claim_flow",
+        "item_extend_many",
+        "op_begin",
+        "op_flush",
+        "wire_record_poll",
+    }

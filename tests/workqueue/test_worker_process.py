@@ -28,15 +28,16 @@ def running(key: str, worker_id: str) -> bool:
 
 
 def claim_passes_done() -> bool:
-    """Whether a session on the test database is idle after committing a transaction.
+    """Whether a session on the test database is idle after a claim.
 
     In a starting worker that is its main loop after its first claim pass: the heartbeat before
-    it runs in autocommit, the claim in a transaction, and the LISTEN connection commits nothing.
+    it is another statement, and the claim is either its own statement (item_claim, WITH q AS
+    ...) or, where a hook watches the queue, a transaction ending in COMMIT.
     """
     with connection.cursor() as cur:
         cur.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid() AND state = 'idle' AND query = 'COMMIT'"
+            "AND pid <> pg_backend_pid() AND state = 'idle' AND (query = 'COMMIT' OR query LIKE 'WITH q AS (%%')"
         )
         return cur.fetchone()[0] > 0
 

@@ -219,3 +219,35 @@ def test_max_running_is_respected_by_poll(sdk, env):
     work.stop(a.id, environment_id=env.id)
     c = work.poll(env.id)
     assert c is not None and c.data.id == "sess_2"
+
+
+def _poll_in_transaction(env) -> list[bool]:
+    """Whether wire_poll ran inside a transaction, for one poll of ``env``."""
+    from django.db import connection
+
+    states = []
+
+    def spy(execute, sql, params, many, context):
+        if isinstance(params, dict) and "reserve_s" in params:
+            states.append(connection.in_atomic_block)
+        return execute(sql, params, many, context)
+
+    enqueue(env, 1)
+    with connection.execute_wrapper(spy):
+        assert WorkItem.objects.poll(env.id).item is not None
+    return states
+
+
+def test_a_poll_no_hook_could_want_is_a_statement_of_its_own(env, settings):
+    # operations' hook names the operations queues, which are never served over the wire; and
+    # with no capped wire queue there is no lock to take first.
+    queues = settings.WORKQUEUE["QUEUES"]
+    settings.WORKQUEUE = {
+        **settings.WORKQUEUE,
+        "QUEUES": {name: q for name, q in queues.items() if not (q.get("over_wire") and q.get("max_running"))},
+    }
+    assert _poll_in_transaction(env) == [False]
+
+
+def test_a_poll_runs_in_a_transaction_when_a_hook_may_want_the_spent_items_it_settles(env, settled_calls):
+    assert _poll_in_transaction(env) == [True]
