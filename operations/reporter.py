@@ -127,6 +127,7 @@ class Reporter:
         self._lock = threading.Lock()
         self.last_flush = time.monotonic()
         self.operation: Operation | None = None  # the row as begin left it (set by the runner)
+        self.saved: Operation | None = None  # the row as its terminal write left it (set by the runner)
         self.held = True
         self.cancel_requested = False
         self.revision = 0

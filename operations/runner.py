@@ -25,6 +25,7 @@ not begun: it ends cancelled there, with no attempt charged, even if its run nev
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import logging
@@ -36,7 +37,7 @@ from django.db import transaction
 from operations import batches, store
 from operations.conf import ops_settings
 from operations.exceptions import UnknownKind
-from operations.models import Result
+from operations.models import Operation, Result
 from operations.registry import registry
 from operations.reporter import AsyncReporter, Attempt, Reporter, flusher
 from operations.store import Hold
@@ -128,6 +129,16 @@ def attempt_entry(exc: BaseException | None, code: str = "", message: str = "", 
         tb = "".join(traceback.format_exception(exc))
         entry.update(exception=_exception_path(exc), traceback=tb[-MAX_TRACEBACK:])
     return entry
+
+
+_saved: contextvars.ContextVar[Operation | None] = contextvars.ContextVar("operations_saved", default=None)
+
+
+def saved_operation() -> Operation | None:
+    """Inside a kind's ``finished`` callback: the operation as its end was just saved (the row
+    the terminal write returned), or None elsewhere. The callback's own ``operation`` argument
+    is the row as the attempt began it."""
+    return _saved.get()
 
 
 def handle(item, ctx):
@@ -249,10 +260,13 @@ def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: Hold, c
             span.set_attribute("operations.state", state or "released")
     ctx.settled = True
     if state is not None and definition.finished is not None:
+        token = _saved.set(reporter.saved)
         try:
             definition.finished(op, state, None if failure is not None else result, failure)
         except Exception:
             log.exception("%s: the finished callback of %s raised", op.id, op.kind)
+        finally:
+            _saved.reset(token)
     if isinstance(failure, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
         # Recorded; but in the main thread (an inline drain, a shell) it may be the user's
         # Ctrl-C, and they asked to stop. A worker's runner threads never get a real one.
@@ -378,4 +392,6 @@ def _finish(
         return None
     if written is None:
         log.warning("%s: finished after losing its hold; its result was not recorded", reporter.op_id)
-    return written
+        return None
+    reporter.saved = written
+    return written.state

@@ -234,8 +234,8 @@ def finish(
     cancel_wins: bool,
     attempt: str,
     using: str = DEFAULT_DB_ALIAS,
-) -> str | None:
-    """``op_finish``: the terminal state written, or None when the hold was lost."""
+) -> Operation | None:
+    """``op_finish``: the operation as saved in its terminal state, or None when the hold was lost."""
     params = {
         **progress,
         "id": id,
@@ -252,7 +252,7 @@ def finish(
         "attempt": attempt,
     }
     rows = run("op_finish", params, using=using)
-    return rows[0][1] if rows else None
+    return to_operation(rows[0], using=using) if rows else None
 
 
 def release(

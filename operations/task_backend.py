@@ -302,7 +302,7 @@ class OperationsBackend(BaseTaskBackend):
         request = op.request or {}
         if task is None:
             task = load_task(request, self.alias)
-        log_entries = op.attempt_log or []
+        log_entries = _attempt_log(op)
         errors = [
             TaskError(exception_class_path=e["exception"], traceback=e.get("traceback", ""))
             for e in log_entries
@@ -325,6 +325,15 @@ class OperationsBackend(BaseTaskBackend):
         if op.state == "succeeded" and isinstance(op.result_detail, dict):
             object.__setattr__(result, "_return_value", op.result_detail.get("return_value"))
         return result
+
+
+def _attempt_log(op) -> list:
+    """The operation's attempt log. A row read without it (as begin hands the runner its run)
+    that is in its first attempt needs no read: that begin wrote exactly this one entry (its
+    started_at is the operation's, both the begin's now()); later attempts are read."""
+    if "attempt_log" not in op.__dict__ and op.state == "running" and op.attempts == 1 and op.started_at:
+        return [{"number": 1, "worker_id": op.worker_id, "started_at": op.started_at.isoformat()}]
+    return op.attempt_log or []
 
 
 def cancel(result) -> TaskResult:
@@ -362,11 +371,14 @@ def is_task_kind(kind: str) -> bool:
     return kind == KIND_PREFIX or kind.startswith(KIND_PREFIX + ".")
 
 
+_UNSET_TASK = object()
+
+
 def _missing_task(*args, **kwargs):
     raise RuntimeError("this task's function could not be imported")
 
 
-def load_task(request: dict, alias: str = "default"):
+def load_task(request: dict, alias: str = "default", *, found=_UNSET_TASK):
     """The task as it was enqueued: the stored function with the options ``.using()`` gave it.
 
     A function that can no longer be imported reads back as a placeholder; options the backend
@@ -378,10 +390,11 @@ def load_task(request: dict, alias: str = "default"):
         "priority": request.get("priority", 0),
         "run_after": _parse(request.get("run_after")),
     }
-    try:
-        found = import_string(request.get("task", ""))
-    except (ImportError, AttributeError, ValueError):
-        found = None
+    if found is _UNSET_TASK:  # (a caller that imported it already passes it)
+        try:
+            found = import_string(request.get("task", ""))
+        except (ImportError, AttributeError, ValueError):
+            found = None
     if not isinstance(found, Task):
         return _unvalidated(OperationTask, func=_missing_task, takes_context=False, **options)
     try:
@@ -421,7 +434,7 @@ def _prepare(request: dict, reporter):
         raise operations.Unretryable(
             operations.Fail("not_a_task", "%s is not a task (decorate it with @task)", request["task"])
         )
-    task = load_task(request)  # with the options it was enqueued with, on the backend that enqueued it
+    task = load_task(request, found=found)  # with the options it was enqueued with, on the backend that enqueued it
     backend = _ours(task_backends[request.get("backend") or task.backend])
     op = reporter.operation
     if op is None:
@@ -476,10 +489,12 @@ def _is_async_task(kind: str) -> bool:
 def task_ended(op, state: str, value, exc: BaseException | None) -> None:
     """Send ``task_finished`` once the task's end is saved, with the result as saved."""
     from operations.models import Operation
+    from operations.runner import saved_operation
 
     request = op.request or {}
     backend = _ours(task_backends[request.get("backend") or "default"])
-    saved = Operation.objects.using(op._state.db or "default").filter(pk=op.id).first()
+    # The row the terminal write returned (called from the runner), else read it again.
+    saved = saved_operation() or Operation.objects.using(op._state.db or "default").filter(pk=op.id).first()
     if saved is None:  # deleted in the meantime: nothing to report
         return
     task_finished.send(type(backend), task_result=backend._result(saved))

@@ -145,7 +145,8 @@ SELECT f.revision, f.cancel_requested, {notify:f.id}, {relaxed} FROM f;
 -- Write a terminal state with the final progress and drop the lease; settle the work item.
 -- cancel_wins: an error that races a requested cancellation is recorded as cancelled (code
 -- cancelled, the error's message kept), since the runner was asked to stop. Only while this
--- worker holds the work item, whose row is locked first.
+-- worker holds the work item, whose row is locked first. Returns the operation as saved
+-- (what a kind's finished callback reports, e.g. django.tasks' task_finished, with no read).
 WITH held AS (
     {item_lock_held:%(item_id)s, %(token)s, held}
 ),
@@ -166,14 +167,14 @@ f AS (
         attempt_log = {close_attempt}
     FROM held
     WHERE o.id = %(id)s AND o.lease_token = %(token)s AND o.state = 'running'
-    RETURNING o.id, o.state
+    RETURNING {op}
 ),
 item AS (
     {item_settle:f, %(item_id)s,
                  CASE f.state WHEN 'succeeded' THEN 'succeeded' WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END,
                  %(error_message)s::text}
 )
-SELECT f.id, f.state, {notify:f.id} FROM f;
+SELECT f.*, {notify:f.id} FROM f;
 
 
 -- name: op_release

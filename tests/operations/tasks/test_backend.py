@@ -476,3 +476,33 @@ def test_the_group_kwarg_option_puts_each_task_in_its_arguments_group():
         bare = tasks.add.enqueue(1, 2)
         assert WorkItem.objects.get(key=result.id).group_key == "tenant-9"
         assert WorkItem.objects.get(key=bare.id).group_key is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_first_attempt_reports_started_and_finished_without_reading_the_row_again(signals_seen):
+    """A run's statements are its begin and its finish: the started result is built from the
+    begin's row (its one attempt is the one begin opened) and the finished one from the row the
+    finish returned, with no ORM read of the operation in between."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.operations.conftest import claim_one
+    from workqueue.worker.context import Context
+
+    result = tasks.add.enqueue(2, 3)
+    item = claim_one("inline", "tasks.default")
+    with CaptureQueriesContext(connection) as ran:
+        from operations import runner
+
+        runner.handle(item, Context(item, None, "inline", "default"))
+    table = Operation._meta.db_table
+    reads = [
+        q["sql"] for q in ran.captured_queries if q["sql"].lstrip().upper().startswith("SELECT") and table in q["sql"]
+    ]
+    assert reads == []
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 5
+    assert [e[:3] for e in signals_seen if e[1] == result.id] == [
+        ("started", result.id, TaskResultStatus.RUNNING),
+        ("finished", result.id, TaskResultStatus.SUCCESSFUL),
+    ]
