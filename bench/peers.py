@@ -6,9 +6,12 @@ its own. The peers are pip-installed, pinned (requirements/peers.txt), into a vi
 their own (.venv-peers): never into the project's dependencies. A peer that cannot be
 installed here is reported as such and the others still run.
 
-What is timed is the same for every system: workers started and idle, then the N jobs
-enqueued in bulk (10,000 per statement, from a process of their own that is not measured),
-until none is left to run. CPU per item (bench/cpu.py) is the worker processes' and their
+What is timed is the same for every system: workers started and gone idle, then frozen
+(SIGSTOP) while the N jobs are enqueued in bulk (10,000 per statement, by each system's own
+enqueue, from a process that is not measured), then thawed (SIGCONT): from the thaw until
+none is left to run, asked every DRAIN_POLL seconds. So each drains a backlog that is all
+there, woken by the notifications that waited in its sockets, and no system's enqueue speed
+is in its drain rate. CPU per item (bench/cpu.py) is the worker processes' and their
 backends' only, over that window.
 """
 
@@ -28,7 +31,7 @@ from pathlib import Path
 import psycopg
 
 from bench import cpu
-from bench.runner import ROOT, ThrowawayDatabase, _conninfo, _reset, drain_once
+from bench.runner import DRAIN_POLL, ROOT, ThrowawayDatabase, _conninfo, _reset, drain_once, freeze, thaw
 
 VENV = ROOT / ".venv-peers"
 REQUIREMENTS = ROOT / "requirements" / "peers.txt"
@@ -51,7 +54,7 @@ PEERS = {
 
 @dataclass
 class PeerOptions:
-    items: int = 20_000
+    items: int = 50_000
     workers: tuple[int, ...] = (1, 2)
     batch: int = 200  # ours
     concurrency: int = 4  # ours, and Procrastinate's parallel jobs per process
@@ -115,8 +118,9 @@ class PeerReport:
         for system, why in self.unavailable.items():
             lines.append(f"{system:<15} not measured: {why}")
         lines.append(
-            "items/s: N no-op jobs enqueued in bulk to idle workers until none is left; CPU µs/item: user+sys of the "
-            "worker processes and of their PostgreSQL backends (n/a: server not local); ratios against our best "
+            "items/s: N no-op jobs enqueued in bulk while the idle workers were frozen, from their thaw until none "
+            "is left; CPU µs/item: user+sys of the worker processes and of their PostgreSQL backends (n/a: server "
+            "not local); ratios against our best "
             "configuration with the same number of processes"
         )
         if self.versions:
@@ -288,13 +292,20 @@ def peer_drain(
                     time.sleep(0.05)
                 if enqueuer.stdout.readline().strip() != "ready":
                     raise RuntimeError(f"{system} enqueuer did not start:\n{enqueuer.stderr.read()[-2000:]}")
-                cpu.wait_quiet([w.pid for w in workers])  # start-up and lazy imports done, as for ours
-                meter = cpu.Meter([w.pid for w in workers], pids).start()
+                worker_pids = [w.pid for w in workers]
+                cpu.wait_quiet(worker_pids)  # start-up and lazy imports done, as for ours
+                # As for ours (drain_once): the workers wait frozen while the backlog is enqueued,
+                # and the time runs from their thaw.
+                freeze(worker_pids)
+                try:
+                    enqueuer.stdin.write("go\n")
+                    enqueuer.stdin.flush()
+                    if enqueuer.stdout.readline().strip() != "enqueued":
+                        raise RuntimeError(f"{system} enqueue failed:\n{enqueuer.stderr.read()[-2000:]}")
+                    meter = cpu.Meter(worker_pids, pids).start()
+                finally:
+                    thaw(worker_pids)
                 started = time.perf_counter()
-                enqueuer.stdin.write("go\n")
-                enqueuer.stdin.flush()
-                if enqueuer.stdout.readline().strip() != "enqueued":
-                    raise RuntimeError(f"{system} enqueue failed:\n{enqueuer.stderr.read()[-2000:]}")
                 left_sql = PEERS[system]["left"]
                 note = ""
                 while True:
@@ -304,7 +315,7 @@ def peer_drain(
                     if time.perf_counter() - started > time_limit:
                         note = f"stopped after {time_limit:.0f} s: {items - left:,} of {items:,} done"
                         break
-                    time.sleep(0.02)
+                    time.sleep(DRAIN_POLL)
                 elapsed = time.perf_counter() - started
                 spent = meter.stop()
                 done_n = items - left

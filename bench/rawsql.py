@@ -102,11 +102,16 @@ class _Spent:
         return cpu.self_seconds() - self.client0, None if server is None else server - self.server0
 
 
-def _drain_loop(conninfo: str, queue: str, batch: int, lease: float, out) -> None:
+def _drain_loop(conninfo: str, queue: str, batch: int, lease: float, out, go) -> None:
     claim, complete = QUERIES["item_claim"], QUERIES["item_complete_many"]
     done = 0
     with _connect(conninfo) as conn:
         params = _claim_params(queue, batch, lease)
+        # Idle first, as an idle runworker is when its drain starts: connected, its claim run once
+        # (on a queue with nothing in it), then wait for the start, which is timed from outside.
+        conn.execute(claim, {**params, "queues": [queue + ".idle"]}).fetchall()
+        out.put("ready")
+        go.wait()
         spent = _Spent(conn)
         while True:
             rows = conn.execute(claim, params).fetchall()
@@ -117,33 +122,51 @@ def _drain_loop(conninfo: str, queue: str, batch: int, lease: float, out) -> Non
                 {"ids": [r[_ID] for r in rows], "tokens": [r[_TOKEN] for r in rows], "outcome": "succeeded"},
             ).fetchall()
             done += len(rows)
-        out.put((done, *spent.cpu()))
+        finished = time.perf_counter()  # CLOCK_MONOTONIC: the same clock in every process
+        out.put((done, *spent.cpu(), finished))
 
 
-def _in_processes(target, args: tuple, count: int) -> tuple[int, float, cpu.Cpu]:
+def _in_processes(target, args: tuple, count: int, *, gated: bool = False) -> tuple[int, float, cpu.Cpu]:
     """Run ``target(*args, out)`` in ``count`` fresh processes, each putting (items, its CPU
-    seconds, its backend's or None); return (items, seconds, CPU) summed over them."""
+    seconds, its backend's or None); return (items, seconds, CPU) summed over them.
+
+    ``gated``: ``target(*args, out, go)`` puts "ready" once connected and waits for ``go``; the
+    time runs from ``go`` to the last process's own finish time (a fifth item it puts), so
+    neither process start-up nor reporting back is in it."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=target, args=(*args, out)) for _ in range(count)]
+    go = ctx.Event()
+    procs = [ctx.Process(target=target, args=(*args, out, go) if gated else (*args, out)) for _ in range(count)]
     started = time.perf_counter()
     for p in procs:
         p.start()
-    total, reported, spent = 0, 0, cpu.Cpu(0.0, 0.0)
-    while reported < count:
-        try:
-            done, client_s, server_s = out.get(timeout=1.0)
-            total += done
-            spent += cpu.Cpu(client_s, server_s)
-            reported += 1
-        except Empty:
-            # A process that died before reporting would leave us waiting for ever: fail instead.
-            dead = [p for p in procs if p.exitcode not in (None, 0)]
-            if dead:
-                for p in procs:
-                    p.kill()
-                raise RuntimeError(f"a raw-SQL process exited with code {dead[0].exitcode} (its traceback is above)")
-    elapsed = time.perf_counter() - started
+
+    def take():
+        while True:
+            try:
+                return out.get(timeout=1.0)
+            except Empty:
+                # A process that died before reporting would leave us waiting for ever: fail instead.
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    for p in procs:
+                        p.kill()
+                    raise RuntimeError(
+                        f"a raw-SQL process exited with code {dead[0].exitcode} (its traceback is above)"
+                    ) from None
+
+    if gated:
+        for _ in range(count):
+            assert take() == "ready"
+        started = time.perf_counter()
+        go.set()
+    total, spent, finished = 0, cpu.Cpu(0.0, 0.0), started
+    for _ in range(count):
+        done, client_s, server_s, *end = take()
+        total += done
+        spent += cpu.Cpu(client_s, server_s)
+        finished = max(finished, end[0] if end else time.perf_counter())
+    elapsed = (finished if gated else time.perf_counter()) - started
     for p in procs:
         p.join()
     return total, elapsed, spent
@@ -153,8 +176,9 @@ def drain(
     conninfo: str, queue: str, *, connections: int, batch: int, lease: float = 30.0
 ) -> tuple[int, float, cpu.Cpu]:
     """Claim and complete everything queued on ``queue`` from N processes; return (items, items/s,
-    CPU of the loops and of their backends)."""
-    total, elapsed, spent = _in_processes(_drain_loop, (conninfo, queue, batch, lease), connections)
+    CPU of the loops and of their backends). Timed from the moment every process is connected
+    and idle, as runworker's drain is (bench.runner.drain_once)."""
+    total, elapsed, spent = _in_processes(_drain_loop, (conninfo, queue, batch, lease), connections, gated=True)
     return total, total / elapsed, spent
 
 

@@ -22,7 +22,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--items", type=int, help="Jobs per drain (default 20,000).")
+        parser.add_argument("--items", type=int, help="Jobs per drain (default 50,000).")
         parser.add_argument("--workers", help="Comma-separated worker process counts (default 1,2).")
         parser.add_argument("--runs", type=int, help="Runs per figure; the median rate is reported (default 1).")
         parser.add_argument("--batch", type=int, help="runworker --batch (default 200).")

@@ -19,7 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--workers", help="Comma-separated runworker process counts for the drain (default 1,2).")
         parser.add_argument("--batch", type=int, help="runworker --batch (default 200).")
         parser.add_argument("--concurrency", type=int, help="runworker --concurrency (default 4).")
-        parser.add_argument("--items", type=int, help="Items per drain run (default 20,000).")
+        parser.add_argument("--items", type=int, help="Items per drain run (default 50,000).")
         parser.add_argument("--rss-items", type=int, help="Items drained for the RSS figure (default 200,000).")
         parser.add_argument(
             "--history-stopped",
