@@ -82,3 +82,43 @@ def test_capacity_freed_wakes_the_claim_loop_only_when_it_found_none():
         assert not wake.wait(0)  # it found room at its last look: not woken again
     finally:
         keeper.close()
+
+
+def test_items_waiting_for_the_settler_leave_room_for_the_next_claim():
+    """A handler that returned leaves its item to the settler's next batch; it needs no runner
+    any more, so the claim loop may claim in its place while that batch is settled (the claim
+    and the settle overlap instead of taking turns). Not without bound: at most max_inflight
+    more than the runners' share may wait to be settled."""
+    from workqueue.worker.context import Context
+    from workqueue.worker.settler import Settler
+
+    keeper = LeaseKeeper(tick=60)
+    wake = Signal()
+    ledger = Ledger(keeper, wake, max_inflight=6, refill_at=3)
+    settler = Settler(ledger, using="default", batch=6)  # its thread is not started: nothing settles
+    try:
+        holds = keeper.hold_many([_item(n) for n in range(12)], lease=300, started=False)
+        ledger.claimed(holds[:6])
+        assert ledger.free() == 0  # six claimed, none returned: the lane is full
+        for hold in holds[:4]:
+            ctx = Context(hold.item, hold, "w", "default")
+            assert ledger.start(hold, ctx)
+            assert settler.ending(hold, ctx, None) == "succeeded"  # returned: queued for the settler
+        assert wake.wait(0)  # the claim loop, which found no room, is woken
+        assert ledger.inflight == 6 and set(holds[:4]) <= set(keeper.holds())  # held until settled
+        assert ledger.free() == 4  # two still with the runners: room for four more
+        ledger.claimed(holds[6:10])
+        assert ledger.free() == 0
+        for hold in holds[4:10]:
+            ctx = Context(hold.item, hold, "w", "default")
+            assert ledger.start(hold, ctx)
+            settler.ending(hold, ctx, None)
+        # Ten wait for the settler and none runs: room only up to twice max_inflight held.
+        assert ledger.free() == 2
+        ledger.claimed(holds[10:])
+        assert ledger.free() == 0
+        ledger.finished_many(holds[:10], set())  # the settler's batch
+        assert (ledger.inflight, ledger.processed) == (2, 10)
+        assert ledger.free() == 4
+    finally:
+        keeper.close()

@@ -47,21 +47,35 @@ class Ledger:
         # then does freed capacity wake it; a loop that found room and claimed what there was
         # waits for a NOTIFY or its poll (a finished item brings no new work with it).
         self._starved = [False, False]
+        # The threads' lane: claims whose handler returned and which wait for the settler's next
+        # batch. They need no runner any more, so the claim loop may claim in their place and
+        # the next claim overlaps the settle instead of waiting for it; at most max_inflight of
+        # them on top of the lane's own (see free()).
+        self._returned: set[Hold] = set()
         self.processed = 0
         self.succeeded = 0
         self.failed = 0
         self.lost = 0
 
     def free(self, *, on_loop: bool = False) -> int:
-        """How many items the claim loop may claim now for a lane (0 until half a batch has started)."""
+        """How many items the claim loop may claim now for a lane (0 until half a batch has started).
+
+        On the threads' lane an item whose handler returned no longer counts against the room
+        while it waits for the settler, as long as no more than twice max_inflight are held."""
         with self._lock:
             if on_loop:
                 room = self.max_on_loop - self.on_loop if self.on_loop <= self.loop_refill_at else 0
             else:
                 threads = self.inflight - self.on_loop
-                room = 0 if threads > self.refill_at else self.max_inflight - threads
+                busy = threads - len(self._returned)  # claimed, not yet returned
+                room = 0 if busy > self.refill_at else min(self.max_inflight - busy, 2 * self.max_inflight - threads)
             self._starved[on_loop] = room <= 0
             return room
+
+    def _threads_have_room(self) -> bool:
+        """Whether free() would find room on the threads' lane (under the lock)."""
+        threads = self.inflight - self.on_loop
+        return threads - len(self._returned) <= self.refill_at and threads < 2 * self.max_inflight
 
     def claimed(self, holds: list[Hold], *, on_loop: bool = False) -> None:
         with self._lock:
@@ -78,7 +92,18 @@ class Ledger:
                 return
             self._loop_holds.add(hold)
             self.on_loop += 1
-            refill = self._starved[False] and self.inflight - self.on_loop <= self.refill_at
+            refill = self._starved[False] and self._threads_have_room()
+        if refill:
+            self.wake.set()
+
+    def returned(self, hold: Hold) -> None:
+        """``hold``'s handler returned and its item waits for the settler's next batch: on the
+        threads' lane it no longer takes a runner's place (free())."""
+        with self._lock:
+            if hold not in self._holds or hold in self._loop_holds:
+                return
+            self._returned.add(hold)
+            refill = self._starved[False] and self._threads_have_room()
         if refill:
             self.wake.set()
 
@@ -91,7 +116,8 @@ class Ledger:
             self._loop_holds.discard(hold)
             self.on_loop -= 1
             return self._starved[True] and self.on_loop <= self.loop_refill_at
-        return self._starved[False] and self.inflight - self.on_loop <= self.refill_at
+        self._returned.discard(hold)
+        return self._starved[False] and self._threads_have_room()
 
     def start(self, hold: Hold, context: Context) -> bool:
         """Mark ``hold`` running under ``context``, unless it was cancelled while it waited."""

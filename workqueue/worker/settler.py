@@ -95,6 +95,7 @@ class Settler:
     def _queue_completion(self, hold: Hold) -> None:
         """Hand a returned handler's item to the settler thread to complete in its next batch."""
         hold.settling = True
+        self.ledger.returned(hold)  # its runner's place is free for the next claim
         with self._cv:
             self._pending.append(hold)
             if len(self._pending) == 1:
