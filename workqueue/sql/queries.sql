@@ -144,7 +144,7 @@ WITH t AS (
 ),
 mine AS (
     SELECT w.id, t.lease_s FROM work_items w JOIN t ON t.id = w.id
-    WHERE w.lease_token = t.token AND w.state IN {states:running}
+    WHERE {by_pkey:w, SELECT id FROM t} AND w.lease_token = t.token AND w.state IN {states:running}
     FOR UPDATE OF w SKIP LOCKED
 ),
 renewed AS (
@@ -178,7 +178,7 @@ UPDATE work_items w
 SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL
 FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS t(id, token, n)
-WHERE w.id = t.id AND w.lease_token = t.token AND w.state NOT IN {states:unheld}
+WHERE {by_pkey:w, SELECT unnest(%(ids)b::bigint[])} AND w.id = t.id AND w.lease_token = t.token AND w.state NOT IN {states:unheld}
 RETURNING t.n;
 
 
@@ -218,7 +218,8 @@ UPDATE work_items w
 SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL,
     lease_expires_at = NULL, reclaimed = false, claimed_by = ''
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
-WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN {states:running}
+WHERE {by_pkey:w, SELECT unnest(%(ids)s::bigint[])} AND w.id = t.id AND w.lease_token = t.token
+  AND w.state IN {states:running}
 RETURNING w.id, t.token;
 
 
