@@ -11,6 +11,7 @@ SECTIONS = (
     "drain, 2 runworker processes",
     "latency enqueue → handler start, p50",
     "latency enqueue → handler start, p99",
+    "latency committed → handler start, p50",
     "operations: start → run no-op → succeeded",
     "batch: 100 no-op children → parent done",
     "@task: enqueue → run → SUCCESSFUL",
