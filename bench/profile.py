@@ -74,7 +74,7 @@ def _statements(cur) -> list[tuple] | None:
     return []
 
 
-def run(items: int, batch: int, concurrency: int, out: Path, log) -> str:
+def run(items: int, batch: int, concurrency: int, out: Path, log, *, rate: int = 200) -> str:
     from workqueue.models import WorkItem
 
     missing = ensure_venv(log)
@@ -95,7 +95,7 @@ def run(items: int, batch: int, concurrency: int, out: Path, log) -> str:
             collapsed = out / "worker.collapsed"
             # --gil: only samples holding the GIL, i.e. Python on the CPU (psycopg's socket
             # waits and condition waits would otherwise look busy).
-            args = ["record", "--pid", str(workers.procs[0].pid), "--rate", "200", "--format", "raw", "--gil"]
+            args = ["record", "--pid", str(workers.procs[0].pid), "--rate", str(rate), "--format", "raw", "--gil"]
             recorder = subprocess.Popen(
                 [spy, *args, "--threads", "--nonblocking", "--output", str(collapsed)],
                 stdout=subprocess.DEVNULL,

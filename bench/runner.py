@@ -22,6 +22,7 @@ from django.db import connection, connections, transaction
 
 from bench import cpu, rawsql
 from bench.history import bench_history
+from bench.indexes import bench_indexes
 from workqueue.testing import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +64,7 @@ class Options:
         "io",
         "tracing",
         "history",
+        "indexes",
     )
     log: object = print
 
@@ -1070,6 +1072,7 @@ SECTIONS = {
     "io": bench_io,
     "tracing": bench_tracing,
     "history": bench_history,
+    "indexes": bench_indexes,
 }
 
 

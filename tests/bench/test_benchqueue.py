@@ -24,6 +24,8 @@ SECTIONS = (
     "tracing: drain, 1 process (no-op), OpenTelemetry absent (import blocked)",
     "tracing: drain, 1 process (no-op), OpenTelemetry installed, no exporter",
     "tracing: drain, 1 process (no-op), OpenTelemetry SDK + exporter",
+    "indexes: raw drain, 2 connections, work_items as shipped",
+    "indexes: raw drain, 2 connections, without public_id, unsettled-key, stopped",
 )
 
 

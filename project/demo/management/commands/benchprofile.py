@@ -15,6 +15,7 @@ class Command(BaseCommand):
         parser.add_argument("--items", type=int, default=20_000)
         parser.add_argument("--batch", type=int, default=200)
         parser.add_argument("--concurrency", type=int, default=4)
+        parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second (default 200).")
         parser.add_argument(
             "--out", default="bench-profile", help="Directory for worker.collapsed (default ./bench-profile)."
         )
@@ -24,6 +25,11 @@ class Command(BaseCommand):
 
         settings.DEBUG = False
         text = profile.run(
-            opts["items"], opts["batch"], opts["concurrency"], Path(opts["out"]), lambda m: self.stderr.write(m)
+            opts["items"],
+            opts["batch"],
+            opts["concurrency"],
+            Path(opts["out"]),
+            lambda m: self.stderr.write(m),
+            rate=opts["rate"],
         )
         self.stdout.write(text)
