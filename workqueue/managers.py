@@ -351,8 +351,9 @@ class WorkItemManager(models.Manager):
         confs = [settings.queue(_check_queue(q)) for q in queues]
         if not confs or limit < 1:
             return ClaimResult()
+        names = [c.name for c in confs]
         params = {
-            "queues": [c.name for c in confs],
+            "queues": names,
             "limits": [limit] * len(confs),
             "leases": [float(lease if lease is not None else c.lease) for c in confs],
             "caps": [c.max_running for c in confs],
@@ -365,7 +366,7 @@ class WorkItemManager(models.Manager):
         }
         flow = controls.needs_flow(confs, using=self.db)
         capped = [c.name for c in confs if flow or c.max_running is not None]
-        if not capped and not hooks.watched(params["queues"]):
+        if not capped and not hooks.watched(names):
             # Nothing to lock first and no hook to tell about spent items it settles: the claim
             # is one statement, its own transaction (no BEGIN and COMMIT round trips).
             return _claim_result(sql.run("item_claim", params, using=self.db), worker_id)

@@ -320,7 +320,9 @@ class _PreparedCursor(psycopg.Cursor):
 # which cost a worker ~1.5 us per timestamp it reads; when Django wants UTC and the session's
 # TimeZone is UTC, psycopg's loader already gives exactly that (datetime.timezone.utc).
 _TIMESTAMPTZ_OID = psycopg.adapters.types["timestamptz"].oid
-_C_TZ_LOADER = psycopg.adapters.get_loader(_TIMESTAMPTZ_OID, psycopg.pq.Format.TEXT)
+_found_loader = psycopg.adapters.get_loader(_TIMESTAMPTZ_OID, psycopg.pq.Format.TEXT)
+assert _found_loader is not None  # psycopg registers a timestamptz loader for every format
+_C_TZ_LOADER = _found_loader
 
 
 def _driver_cursor(conn, prepared: bool) -> psycopg.Cursor:

@@ -111,7 +111,7 @@ class RunTrace:
 #: How long an answer of _configured() is kept: asking the API costs two environment lookups,
 #: about a microsecond each, which per run of a no-op handler was a tenth of the worker's CPU.
 _RECHECK_SECONDS = 1.0
-_checked = [0.0, False]  # (monotonic time of the last look, configured then)
+_checked: list = [0.0, False]  # [monotonic time of the last look, configured then]
 
 
 def _configured(ot) -> bool:
@@ -119,7 +119,7 @@ def _configured(ot) -> bool:
     ``_RECHECK_SECONDS``, so one installed after the worker started is seen within a second."""
     now = time.monotonic()
     if now - _checked[0] < _RECHECK_SECONDS:
-        return _checked[1]
+        return bool(_checked[1])
     configured = (
         ot.trace.get_tracer_provider() is not ot.unset_tracers or ot.metrics.get_meter_provider() is not ot.unset_meters
     )
