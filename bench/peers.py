@@ -31,7 +31,7 @@ from pathlib import Path
 import psycopg
 
 from bench import cpu
-from bench.runner import DRAIN_POLL, ROOT, ThrowawayDatabase, _conninfo, _reset, drain_once, freeze, thaw
+from bench.runner import DRAIN_POLL, ROOT, ThrowawayDatabase, _conninfo, _reset, drain_once, frozen
 
 VENV = ROOT / ".venv-peers"
 REQUIREMENTS = ROOT / "requirements" / "peers.txt"
@@ -296,15 +296,12 @@ def peer_drain(
                 cpu.wait_quiet(worker_pids)  # start-up and lazy imports done, as for ours
                 # As for ours (drain_once): the workers wait frozen while the backlog is enqueued,
                 # and the time runs from their thaw.
-                freeze(worker_pids)
-                try:
+                with frozen(worker_pids):
                     enqueuer.stdin.write("go\n")
                     enqueuer.stdin.flush()
                     if enqueuer.stdout.readline().strip() != "enqueued":
                         raise RuntimeError(f"{system} enqueue failed:\n{enqueuer.stderr.read()[-2000:]}")
                     meter = cpu.Meter(worker_pids, pids).start()
-                finally:
-                    thaw(worker_pids)
                 started = time.perf_counter()
                 left_sql = PEERS[system]["left"]
                 note = ""

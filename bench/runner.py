@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -467,16 +468,18 @@ def bench_drain(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
         )
 
 
-def freeze(pids: list[int]) -> None:
-    """Stop these processes (SIGSTOP) where they are: what is enqueued meanwhile waits for them,
-    its NOTIFYs in their sockets, so a drain can start from a backlog that is all there."""
+@contextmanager
+def frozen(pids: list[int]):
+    """Stop these processes (SIGSTOP) for the block and let them go on (SIGCONT) after it, however
+    it ends: what is enqueued meanwhile waits for them, its NOTIFYs in their sockets, so a drain
+    can start from a backlog that is all there."""
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
-
-
-def thaw(pids: list[int]) -> None:
-    for pid in pids:
-        os.kill(pid, signal.SIGCONT)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 def drain_once(
@@ -484,7 +487,7 @@ def drain_once(
 ) -> tuple[float, cpu.Cpu]:
     """Start ``count`` runworker processes, let them go idle, and drain ``items`` no-op items
     (spread over ``groups`` groups when given) from a backlog: the workers are frozen while
-    the items are enqueued (bench.runner.freeze), then thawed, and the time runs from the
+    the items are enqueued (bench.runner.frozen), then thawed, and the time runs from the
     thaw until nothing is left, as the raw-SQL ceiling's does from its start signal. Return
     (items/s, CPU the workers and their backends spent in that time)."""
     from workqueue.models import WorkItem
@@ -494,8 +497,7 @@ def drain_once(
         workers.wait_ready()
         pids = [p.pid for p in workers.procs]
         cpu.wait_quiet(pids)  # start-up done: measure the drain only
-        freeze(pids)
-        try:
+        with frozen(pids):
             tag = uuid.uuid4().hex[:6]
             for base in range(0, items, 10_000):
                 n = min(10_000, items - base)
@@ -509,8 +511,6 @@ def drain_once(
                 else:
                     WorkItem.objects.enqueue_many([("demo.noop", f"d-{tag}-{base + i}") for i in range(n)])
             meter = workers.meter().start()
-        finally:
-            thaw(pids)
         started = time.perf_counter()
         _wait_drained("demo.noop", timeout=max(60, items / 500), every=DRAIN_POLL)
         rate = items / (time.perf_counter() - started)

@@ -105,6 +105,7 @@ def test_items_waiting_for_the_settler_leave_room_for_the_next_claim():
             assert ledger.start(hold, ctx)
             assert settler.ending(hold, ctx, None) == "succeeded"  # returned: queued for the settler
         assert wake.wait(0)  # the claim loop, which found no room, is woken
+        assert ledger.running() == []  # returned: no longer running (shutdown would release them)
         assert ledger.inflight == 6 and set(holds[:4]) <= set(keeper.holds())  # held until settled
         assert ledger.free() == 4  # two still with the runners: room for four more
         ledger.claimed(holds[6:10])

@@ -63,19 +63,22 @@ class Ledger:
         On the threads' lane an item whose handler returned no longer counts against the room
         while it waits for the settler, as long as no more than twice max_inflight are held."""
         with self._lock:
-            if on_loop:
-                room = self.max_on_loop - self.on_loop if self.on_loop <= self.loop_refill_at else 0
-            else:
-                threads = self.inflight - self.on_loop
-                busy = threads - len(self._returned)  # claimed, not yet returned
-                room = 0 if busy > self.refill_at else min(self.max_inflight - busy, 2 * self.max_inflight - threads)
+            room = self._room(on_loop)
             self._starved[on_loop] = room <= 0
             return room
 
-    def _threads_have_room(self) -> bool:
-        """Whether free() would find room on the threads' lane (under the lock)."""
+    def _room(self, on_loop: bool) -> int:
+        """A lane's room for a claim (under the lock): what free() answers."""
+        if on_loop:
+            return self.max_on_loop - self.on_loop if self.on_loop <= self.loop_refill_at else 0
         threads = self.inflight - self.on_loop
-        return threads - len(self._returned) <= self.refill_at and threads < 2 * self.max_inflight
+        busy = threads - len(self._returned)  # claimed, not yet returned
+        return 0 if busy > self.refill_at else min(self.max_inflight - busy, 2 * self.max_inflight - threads)
+
+    def _refill(self, on_loop: bool) -> bool:
+        """Whether the claim loop, which found no room in this lane at its last look, should look
+        again now (under the lock)."""
+        return self._starved[on_loop] and self._room(on_loop) > 0
 
     def claimed(self, holds: list[Hold], *, on_loop: bool = False) -> None:
         with self._lock:
@@ -92,32 +95,32 @@ class Ledger:
                 return
             self._loop_holds.add(hold)
             self.on_loop += 1
-            refill = self._starved[False] and self._threads_have_room()
+            refill = self._refill(False)
         if refill:
             self.wake.set()
 
     def returned(self, hold: Hold) -> None:
-        """``hold``'s handler returned and its item waits for the settler's next batch: on the
-        threads' lane it no longer takes a runner's place (free())."""
+        """``hold``'s handler returned and its item waits for the settler's next batch: it is no
+        longer running, and on the threads' lane it no longer takes a runner's place (free())."""
         with self._lock:
+            self._running.pop(hold, None)
             if hold not in self._holds or hold in self._loop_holds:
                 return
             self._returned.add(hold)
-            refill = self._starved[False] and self._threads_have_room()
+            refill = self._refill(False)
         if refill:
             self.wake.set()
 
     def _leave(self, hold: Hold) -> bool:
-        """Drop ``hold`` from its lane (under the lock); whether the claim loop, which found no
-        room in that lane at its last look, should look again now."""
+        """Drop ``hold`` from its lane (under the lock); return the lane (on_loop)."""
         self._holds.discard(hold)
         self.inflight -= 1
         if hold in self._loop_holds:
             self._loop_holds.discard(hold)
             self.on_loop -= 1
-            return self._starved[True] and self.on_loop <= self.loop_refill_at
+            return True
         self._returned.discard(hold)
-        return self._starved[False] and self._threads_have_room()
+        return False
 
     def start(self, hold: Hold, context: Context) -> bool:
         """Mark ``hold`` running under ``context``, unless it was cancelled while it waited."""
@@ -144,7 +147,7 @@ class Ledger:
         with self._lock:
             if hold not in self._holds:
                 return
-            refill = self._leave(hold)
+            refill = self._refill(self._leave(hold))
             self.processed += 1
             if ok:
                 self.succeeded += 1
@@ -159,15 +162,14 @@ class Ledger:
         one lease-keeper drop and at most one wake-up for the whole batch, not one per item."""
         with self._lock:
             mine = [hold for hold in holds if hold in self._holds]
-            refill = False
-            for hold in mine:  # each slot back to its own lane (threads or the event loop)
-                refill = self._leave(hold) or refill
+            lanes = {self._leave(hold) for hold in mine}  # each slot back to its own lane
+            refill = any(self._refill(on_loop) for on_loop in lanes)
             failed = sum(1 for hold in mine if id(hold.item) in lost) if lost else 0
             self.processed += len(mine)
             self.succeeded += len(mine) - failed
             self.failed += failed
         self.keeper.drop_many(mine)
-        if refill and mine:
+        if refill:
             self.wake.set()
 
     def given_back(self, hold: Hold) -> None:

@@ -55,11 +55,11 @@ class Settler:
         cancelled, lost, released) for its span."""
         if exc is None and not ctx.settled:
             # The usual ending, first and short: the handler returned without settling.
-            self.ledger.stopped(hold)
             ctx.end_run()
             if not hold.is_cancelled():
-                self._queue_completion(hold)
+                self._queue_completion(hold)  # Ledger.returned: no longer running, too
                 return "succeeded"
+            self.ledger.stopped(hold)
             return self._returned_cancelled(hold)
         item = hold.item
         verdict = "succeeded"
@@ -95,7 +95,7 @@ class Settler:
     def _queue_completion(self, hold: Hold) -> None:
         """Hand a returned handler's item to the settler thread to complete in its next batch."""
         hold.settling = True
-        self.ledger.returned(hold)  # its runner's place is free for the next claim
+        self.ledger.returned(hold)  # not running; its runner's place is free for the next claim
         with self._cv:
             self._pending.append(hold)
             if len(self._pending) == 1:

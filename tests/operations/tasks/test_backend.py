@@ -483,23 +483,14 @@ def test_a_first_attempt_reports_started_and_finished_without_reading_the_row_ag
     """A run's statements are its begin and its finish: the started result is built from the
     begin's row (its one attempt is the one begin opened) and the finished one from the row the
     finish returned, with no ORM read of the operation in between."""
-    from django.db import connection
-
     from operations import runner
+    from tests.conftest import statements_run
     from tests.operations.conftest import claim_one
     from workqueue.worker.context import Context
 
-    # The statements as they were sent (an execute_wrapper sees the SQL text on every Django
-    # version; the query log of Django 5.2 records None for a server-bound psycopg statement).
-    ran: list[str] = []
-
-    def record(execute, sql, params, many, context):
-        ran.append(sql)
-        return execute(sql, params, many, context)
-
     result = tasks.add.enqueue(2, 3)
     item = claim_one("inline", "tasks.default")
-    with connection.execute_wrapper(record):
+    with statements_run() as ran:  # the SQL text on every Django version (5.2's query log has None)
         runner.handle(item, Context(item, None, "inline", "default"))
     table = Operation._meta.db_table
     assert len(ran) >= 2, ran  # the begin and the finish, at least
