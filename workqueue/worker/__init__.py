@@ -197,7 +197,10 @@ class Worker:
     def _on_notify(self, payload: str | None) -> None:
         if payload == controls.CONTROLS_NOTIFY:
             controls.invalidate()  # an operator changed a queue's controls: read them afresh
+            self.claim_loop.notified(None)  # a resumed or raised limit: look at every queue again
+            self.wake.set()
         elif payload is None or payload in self._queue_set:
+            self.claim_loop.notified(payload)
             self.wake.set()
 
     def run(self) -> int:

@@ -1,9 +1,12 @@
 """The claim loop: the worker's main thread.
 
-Each pass: a heartbeat and maintenance when due, then, per lane (the runner threads' queues,
-and the event loop's ``async def`` queues), claim up to that lane's free capacity in one short
-transaction and hand the items to its runner pool. A pass that filled its batch goes
-straight round; otherwise wait for "notified, or capacity freed, or poll interval, or stop".
+Each pass: a heartbeat and maintenance when due, then, per pool (the runner threads' queues,
+and the event loop's ``async def`` queues), claim up to that pool's free capacity in one short
+transaction and hand the items to it. Each pool decides for itself: one whose claim came back
+full goes straight round; one whose claim came back short is not claimed for again until a
+NOTIFY names one of its queues, a flow limit frees a start, or its poll interval has passed, so
+an idle pool neither holds back a busy one nor costs it a statement per pass. When no pool has
+more to claim, wait for "notified, or capacity freed, or the soonest pool's poll, or stop".
 A database outage (or a bug in a hook or a statement) is logged and ridden out with backoff:
 a worker that exits on it would be restarted by its supervisor into the same error.
 """
@@ -16,6 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.db import connections
 
@@ -29,6 +33,20 @@ from workqueue.worker.outcome import DB_ERRORS
 from workqueue.worker.runners import RunnerPool, drop_if_broken
 
 log = logging.getLogger("workqueue.worker")
+
+
+@dataclass(eq=False)
+class Lane:
+    """One pool's share of the claim loop: its queues, the pool it feeds, and when to claim next."""
+
+    queues: list[str]
+    pool: Callable[[], RunnerPool]
+    on_loop: bool  # the event loop's pool (async def handlers), else the runner threads'
+    due: float = 0.0  # time.monotonic() from which the next pass claims for it (0: at once)
+    full: bool = False  # its last claim took all it asked for: there is probably more
+
+    def notified(self) -> None:
+        self.due = 0.0
 
 
 class ClaimLoop:
@@ -51,13 +69,14 @@ class ClaimLoop:
         loop_pool: Callable[[], RunnerPool] | None = None,
     ):
         self.queues = queues  # every queue served (the heartbeat lists them)
-        # (queues, pool, on_loop): the threads' lane, then the event loop's.
+        # The threads' lane, then the event loop's.
         on_loop = set(loop_queues or [])
-        self.lanes: list[tuple[list[str], Callable[[], RunnerPool], bool]] = []
+        self.lanes: list[Lane] = []
         if [q for q in queues if q not in on_loop]:
-            self.lanes.append(([q for q in queues if q not in on_loop], lambda: pool, False))
+            self.lanes.append(Lane([q for q in queues if q not in on_loop], lambda: pool, False))
         if on_loop and loop_pool is not None:
-            self.lanes.append(([q for q in queues if q in on_loop], loop_pool, True))
+            self.lanes.append(Lane([q for q in queues if q in on_loop], loop_pool, True))
+        self._lane_of = {queue: lane for lane in self.lanes for queue in lane.queues}
         self.worker_id = worker_id
         self.using = using
         self.poll = poll
@@ -70,7 +89,6 @@ class ClaimLoop:
         self.wake = wake
         self.stopping = stopping
         self.claims = 0
-        self._flow_retry: float | None = None
         self._started = time.monotonic()
         self._last_beat = 0.0
         self._last_maintenance = 0.0
@@ -93,11 +111,12 @@ class ClaimLoop:
                 drop_if_broken(self.using)
                 self.beat()
                 self._maintenance()
-                claimed, asked = self.claim_pass()
+                self.claim_pass()
                 backoff = 0.05
             except DB_ERRORS as exc:
                 log.warning("database unavailable (%s: %s); retrying in %.2fs", exc.__class__.__name__, exc, backoff)
                 self._reset_connection()
+                self.notified(None)  # what the failed pass did not claim is due once it is back
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
@@ -106,56 +125,81 @@ class ClaimLoop:
                 # restarts it into the same error: log it, back off, and go on.
                 log.exception("claim pass failed; retrying in %.2fs", backoff)
                 self._reset_connection()
+                self.notified(None)  # what the failed pass did not claim is due once it is back
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            if asked and claimed >= asked:
-                continue  # a full batch: there is probably more, go straight round
-            timeout = self.poll
-            if self._flow_retry is not None:
-                if self._flow_retry <= 0:
-                    continue  # a flow claim took some: look again before sleeping
-                timeout = min(timeout, self._flow_retry)  # a limit frees a start then
+            timeout = self.idle_for()
+            if timeout <= 0:
+                continue  # a pool has more to claim now: go straight round
             if deadline is not None:
                 timeout = max(0.0, min(timeout, deadline - time.monotonic()))
             self.wake.wait(timeout)
 
-    def claim_pass(self) -> tuple[int, int]:
-        """Claim up to each lane's free capacity; return (claimed, asked) over the lanes."""
-        self._flow_retry = None
-        claimed = asked = 0
-        for queues, pool, on_loop in self.lanes:
-            got, want = self._claim_lane(queues, pool, on_loop)
-            claimed, asked = claimed + got, asked + want
-        return claimed, asked
+    def notified(self, queue: str | None) -> None:
+        """A NOTIFY named ``queue`` (None: any, e.g. after the listener reconnected): the pools
+        that serve it claim at their next pass."""
+        if queue is None:
+            for lane in self.lanes:
+                lane.notified()
+        elif (lane := self._lane_of.get(queue)) is not None:
+            lane.notified()
 
-    def _claim_lane(self, queues: list[str], pool: Callable[[], RunnerPool], on_loop: bool) -> tuple[int, int]:
-        free = self.ledger.free(on_loop=on_loop)
+    def idle_for(self) -> float:
+        """How long the loop may wait before its next pass (0: go straight round). A pool whose
+        claim came back full, or that is due, wants a pass now; a pool with no room is woken by
+        the ledger when room frees; a pool whose claim came back short waits for its due time."""
+        now = time.monotonic()
+        waits = [self.poll]
+        for lane in self.lanes:
+            if lane.full or (lane.due and lane.due <= now):
+                return 0.0
+            if lane.due:
+                waits.append(lane.due - now)
+        return min(waits)
+
+    def claim_pass(self) -> None:
+        """Claim up to each due pool's free capacity, and note per pool when to claim again."""
+        now = time.monotonic()
+        for lane in self.lanes:
+            if lane.due and lane.due > now:
+                lane.full = False
+                continue  # its last claim came back short: nothing new since for its queues
+            self._claim_lane(lane)
+
+    def _claim_lane(self, lane: Lane) -> None:
+        lane.full = False
+        free = self.ledger.free(on_loop=lane.on_loop)
         if free and self.max_items is not None:
             free = min(free, self.max_items - self.ledger.processed - self.ledger.inflight)
         if free <= 0:
-            return 0, 0
+            lane.due = 0.0  # no room: the ledger wakes the loop when room frees
+            return
         from workqueue.models import WorkItem
 
+        # Due again after the poll interval unless a NOTIFY for its queues comes first; set
+        # before the claim, so that a NOTIFY arriving while it runs is not lost.
+        lane.due = time.monotonic() + self.poll
         result = WorkItem.objects.db_manager(self.using).claim(
-            queues, limit=free, worker_id=self.worker_id, relaxed=True
+            lane.queues, limit=free, worker_id=self.worker_id, relaxed=True
         )
         self.claims += 1
-        if result.flow and len(result.items) < free:
+        got = len(result.items)
+        if got >= free:
+            lane.full = True  # there is probably more: go straight round
+            lane.due = 0.0
+        elif result.flow:
             # Short on the flow path: a limit may be holding due work back. Look again at
             # once if this claim took some, else when the limit frees a start.
-            wait = (
-                0.0 if result.items else controls.flow_wait([wq_settings().queue(q) for q in queues], using=self.using)
-            )
-            if wait is not None:  # the soonest any lane's limit frees a start
-                self._flow_retry = wait if self._flow_retry is None else min(self._flow_retry, wait)
+            wait = 0.0 if got else controls.flow_wait([wq_settings().queue(q) for q in lane.queues], using=self.using)
+            if wait is not None:  # the soonest any of its queues' limits frees a start
+                lane.due = min(lane.due, time.monotonic() + wait)
         for item in result.settled:
             log.warning("%r spent its %d attempts on lapsed leases; failed", item, item.max_attempts)
         if result.items:
             holds = self._hold(result.items)
-            self.ledger.claimed(holds, on_loop=on_loop)
-            pool().submit(holds)
-        return len(result.items), free
+            self.ledger.claimed(holds, on_loop=lane.on_loop)
+            lane.pool().submit(holds)
 
     def _hold(self, items: list[Item]) -> list[Hold]:
         """Give the lease keeper the claimed items (each with its queue's lease), in claim order."""
