@@ -420,13 +420,19 @@ def bench_drain(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
 
     raw_by_count = {}
     for count in opts.workers:
-        rates, raw_rates = [], []
-        spent, raw_spent, raw_items = cpu.Cpu(0.0, 0.0), cpu.Cpu(0.0, 0.0), 0
+        rates, raw_rates, site_rates = [], [], []
+        spent, raw_spent, raw_items, site_spent = cpu.Cpu(0.0, 0.0), cpu.Cpu(0.0, 0.0), 0, cpu.Cpu(0.0, 0.0)
         for _ in range(opts.runs):
             _reset()
             rate, run_spent = drain_once(db, count, opts.drain_items, opts.batch, opts.concurrency)
             rates.append(rate)
             spent += run_spent
+            # The worker a site runs: plain runworker, every queue the demo registers (sync,
+            # async def, operations, the @task backends', schedules'), the same backlog.
+            _reset()
+            site_rate, run_site = drain_once(db, count, opts.drain_items, opts.batch, opts.concurrency, site=True)
+            site_rates.append(site_rate)
+            site_spent += run_site
             _reset()
             WorkItem.objects.enqueue_many([("raw.drain", f"r-{i}") for i in range(opts.drain_items)])
             n, raw_rate, run_raw = rawsql.drain(db.conninfo, "raw.drain", connections=count, batch=opts.batch)
@@ -446,6 +452,16 @@ def bench_drain(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
             raw_spent=raw_spent,
             raw_spent_items=raw_items,
             paired_ratio=paired,
+        )
+        report.add(
+            f"drain, {count} plain runworker{'s' if count > 1 else ''} (every queue, no-op)",
+            statistics.median(site_rates),
+            "items/s",
+            statistics.median(rates),
+            "no --queue: the demo's whole registry; ratio: to the single-queue drain above, median of paired runs",
+            spent=site_spent,
+            spent_items=opts.drain_items * opts.runs,
+            paired_ratio=statistics.median(r / one for r, one in zip(site_rates, rates, strict=True)),
         )
     count = max(opts.workers)
     for label, limits in FLOW_CASES:
@@ -483,16 +499,26 @@ def frozen(pids: list[int]):
 
 
 def drain_once(
-    db: ThrowawayDatabase, count: int, items: int, batch: int, concurrency: int, *, groups: int = 0
+    db: ThrowawayDatabase,
+    count: int,
+    items: int,
+    batch: int,
+    concurrency: int,
+    *,
+    groups: int = 0,
+    site: bool = False,
 ) -> tuple[float, cpu.Cpu]:
     """Start ``count`` runworker processes, let them go idle, and drain ``items`` no-op items
-    (spread over ``groups`` groups when given) from a backlog: the workers are frozen while
+    (spread over ``groups`` groups when given) from a backlog. The workers serve ``demo.noop``
+    only, or with ``site`` every registered queue (plain ``runworker``, as a site runs it). They
+    are frozen while
     the items are enqueued (bench.runner.frozen), then thawed, and the time runs from the
     thaw until nothing is left, as the raw-SQL ceiling's does from its start signal. Return
     (items/s, CPU the workers and their backends spent in that time)."""
     from workqueue.models import WorkItem
 
-    workers = Workers(db.url, count, ["--queue", "demo.noop", "--batch", str(batch), "--concurrency", str(concurrency)])
+    queues = [] if site else ["--queue", "demo.noop"]
+    workers = Workers(db.url, count, [*queues, "--batch", str(batch), "--concurrency", str(concurrency)])
     try:
         workers.wait_ready()
         pids = [p.pid for p in workers.procs]

@@ -9,6 +9,8 @@ SECTIONS = (
     "enqueue_many",
     "drain, 1 runworker process",
     "drain, 2 runworker processes",
+    "drain, 1 plain runworker (every queue, no-op)",
+    "drain, 2 plain runworkers (every queue, no-op)",
     "latency enqueue → handler start, p50",
     "latency enqueue → handler start, p99",
     "latency committed → handler start, p50",
@@ -56,6 +58,11 @@ def test_benchqueue_quick_prints_every_figure_beside_its_ceiling(run_command, tm
     for r in lives[:3]:
         assert r["raw_sql_cpu_client_us_per_item"] > 0, r
         assert r["raw_sql_cpu_postgres_us_per_item"] > 0, r
+    # The worker a site runs, beside the single-queue drain: its ratio is to that drain.
+    for count, plural in ((1, " process"), (2, " processes")):
+        site = results[f"drain, {count} plain runworker{'s' if count > 1 else ''} (every queue, no-op)"]
+        single = results[f"drain, {count} runworker{plural} (no-op)"]
+        assert site["raw_sql"] == single["value"] and site["cpu_client_us_per_item"] > 0, site
     assert "CPU µs/item" in done.stdout
 
 

@@ -220,10 +220,9 @@ def client(user) -> Client:
 
 
 def spawn_ops_worker(start_worker, names: dict, prefix: str):
-    """Start one ``runworker`` process on the operations queue, named ``<prefix>-<n>``; note its name in ``names``."""
+    """Start one plain ``runworker`` process (every registered queue, as a site runs it) named
+    ``<prefix>-<n>``; note its name in ``names``."""
     name = f"{prefix}-{len(names) + 1}"
-    proc = start_worker(
-        "--queue", "operations", "--worker-id", name, "--concurrency", "4", "--batch", "4", "--poll", "0.5"
-    )  # fmt: skip
+    proc = start_worker("--worker-id", name, "--concurrency", "4", "--batch", "4", "--poll", "0.5")
     names[proc] = name
     return proc

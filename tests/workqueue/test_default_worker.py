@@ -14,9 +14,10 @@ import threading
 import time
 
 import pytest
-from django.db import connections
+from django.db import connection, connections
 
 from tests.conftest import wait_until
+from tests.workqueue.conftest import terminate_other_backends
 from workqueue.models import Worker as WorkerRow
 from workqueue.models import WorkItem
 from workqueue.worker import Worker, WorkerOptions
@@ -113,3 +114,55 @@ def test_plain_runworker_on_the_whole_site_drains_a_sync_backlog_while_the_async
     assert WorkItem.objects.filter(queue="test.noop", state="stopped", outcome="succeeded").count() == items
     proc.signal(signal.SIGTERM)
     assert proc.wait(30) == 0, proc.output()[-2000:]
+
+
+def _connections_refused(refused: bool) -> None:
+    """What a restarting server does to new sessions: refuse them (for the test database only,
+    so the rest of the server, and anything else using it, carries on)."""
+    import psycopg
+
+    params = connection.get_connection_params()
+    name = connection.settings_dict["NAME"]
+    with psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(not refused).lower()}')
+
+
+@pytest.mark.slow
+def test_two_plain_runworkers_drain_items_and_operations_through_a_database_restart(start_ready_worker):
+    """The reported outage: two plain runworker processes draining 3,000 items and 20
+    operations lose every session and cannot open new ones for five seconds, as in a
+    PostgreSQL restart; afterwards both carry on and finish everything at once. (The settler
+    once gave up on a batch after three seconds of refused connections, leaving its items
+    held until their 60 s leases lapsed.)"""
+    import operations
+    from operations.models import Operation
+
+    keys = [f"r-{i}" for i in range(3_000)]
+    ops = [operations.start("test.ops.tiers", {"units": 2, "per_unit": 10, "pause": 0.05}).id for _ in range(20)]
+    workers = [start_ready_worker(f"restart-{n}", "--poll", POLL) for n in range(2)]
+    WorkItem.objects.enqueue_many([("test.noop", key) for key in keys])
+    wait_until(
+        lambda: WorkItem.objects.filter(queue="test.noop", state="stopped").count() >= 200,
+        timeout=30,
+        message="the drain to get going",
+    )
+    _connections_refused(True)
+    try:
+        assert terminate_other_backends()
+        time.sleep(5)  # the server is "down": every new session is refused meanwhile
+    finally:
+        _connections_refused(False)
+    wait_until(
+        lambda: not WorkItem.objects.filter(queue__in=["test.noop", "operations"]).unsettled().exists(),
+        timeout=45,
+        interval=0.2,
+        message="both workers to finish the items and the operations after the restart",
+    )
+    assert WorkItem.objects.filter(queue="test.noop", outcome="succeeded").count() == len(keys)
+    assert set(Operation.objects.filter(pk__in=ops).values_list("state", flat=True)) == {"succeeded"}
+    for proc in workers:
+        assert proc.alive(), proc.output()[-2000:]
+        assert "database unavailable" in proc.output() or "listener connection lost" in proc.output()
+        proc.signal(signal.SIGTERM)
+    for proc in workers:
+        assert proc.wait(30) == 0, proc.output()[-2000:]

@@ -37,6 +37,11 @@ class Context:
         self.using = using
 
     @property
+    def hold(self) -> Hold | None:
+        """The worker's hold on the item (None outside runworker, e.g. ``testing.drain``)."""
+        return self._hold
+
+    @property
     def cancelled(self) -> threading.Event:
         if self._hold is not None:
             return self._hold.cancelled

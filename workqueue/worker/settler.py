@@ -28,6 +28,27 @@ from workqueue.worker.outcome import DB_ERRORS, Action, lost_connection_error, o
 log = logging.getLogger("workqueue.worker")
 
 
+#: How long a write with no lease to go by (none of the worker's writes today) keeps retrying.
+RETRY_WITHOUT_LEASE = 10.0
+
+
+class Backoff:
+    """Waits between retries of a write the server refused (0.2 s, doubling to 1 s), until
+    ``deadline`` (time.monotonic()): past it the lease the write needs has run out anyway."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.delay = 0.2
+
+    def wait(self) -> bool:
+        """Sleep before the next try; False when the deadline leaves no time for one."""
+        if time.monotonic() + self.delay >= self.deadline:
+            return False
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, 1.0)
+        return True
+
+
 class Settler:
     def __init__(self, ledger: Ledger, *, using: str, batch: int):
         self.ledger = ledger
@@ -124,7 +145,7 @@ class Settler:
             verdicts.append(verdict)
             return True
 
-        self._write(item, "record the failure", write)
+        self._write(item, "record the failure", write, ctx.hold)
         return verdicts[0] if verdicts else "lost"
 
     def _connection_lost(self, item: Item, ctx: Context, detail: str) -> None:
@@ -147,12 +168,16 @@ class Settler:
         from workqueue.models import WorkItem
 
         self._write(
-            item, "release it", lambda: WorkItem.objects.db_manager(self.using).release_lost_connection(item, error)
+            item,
+            "release it",
+            lambda: WorkItem.objects.db_manager(self.using).release_lost_connection(item, error),
+            ctx.hold,
         )
 
-    def _write(self, item: Item, what: str, write: Callable[[], bool]) -> None:
+    def _write(self, item: Item, what: str, write: Callable[[], bool], hold: Hold | None = None) -> None:
         """Run ``write`` (False or LeaseLost: no longer ours), retrying while the server comes back."""
-        for attempt in range(3):
+        retry = Backoff(hold.deadline if hold is not None else time.monotonic() + RETRY_WITHOUT_LEASE)
+        while True:
             try:
                 if not write():
                     self.ledger.count_lost()
@@ -162,7 +187,8 @@ class Settler:
                 return
             except DB_ERRORS:
                 connections[self.using].close()
-                time.sleep(0.2 * (attempt + 1))
+                if not retry.wait():
+                    break
             except Exception:
                 log.exception("%r: could not %s", item, what)
                 break
@@ -188,20 +214,23 @@ class Settler:
                 with self._cv:
                     batch, self._pending = self._pending, []
                 items = [hold.item for hold in batch]
-                for attempt in range(5):
+                # While the server is away (a restart, a failover) the keeper goes on renewing
+                # these leases as soon as it can: keep trying for as long as one may still be ours.
+                retry = Backoff(max(hold.deadline for hold in batch))
+                while True:
                     try:
                         _settled, lost = manager.complete_many(items)
                         break
                     except DB_ERRORS as exc:
                         log.warning("settling %d items failed (%s); retrying", len(batch), exc.__class__.__name__)
                         connections[self.using].close()
-                        time.sleep(0.2 * (attempt + 1))
+                        if not retry.wait():
+                            lost = items
+                            break
                     except Exception:
                         log.exception("settling %d items failed; their leases will lapse", len(batch))
                         lost = items
                         break
-                else:
-                    lost = items
                 if lost:
                     log.warning("%d item(s) not settled: lease lost (%s)", len(lost), ", ".join(map(repr, lost[:5])))
                     self.ledger.count_lost(len(lost))
