@@ -15,7 +15,7 @@ COV_ARGS ?= $(if $(PYTEST_ARGS),,--cov --cov-report=term-missing:skip-covered --
 VENV52  ?= .venv-django52
 STAMP52 := $(VENV52)/.installed
 
-.PHONY: run test test-django52 test-embed test-pgbouncer lint format bench bench-peers check venv clean
+.PHONY: run run-fresh test test-django52 test-embed test-pgbouncer lint format bench bench-peers check venv clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt pyproject.toml
 	@PYBIN=$$(scripts/find-python) || exit 1; \
@@ -36,6 +36,10 @@ $(STAMP52): requirements/base.txt requirements/dev.txt requirements/django52.txt
 ## run: the demo site: database, migrations, a worker, the admin, demo work.
 run: $(STAMP)
 	$(DEVDB) $(PY) scripts/run_demo.py --port $(PORT)
+
+## run-fresh: the same, from empty tables (drops what a previous run left: backlog, operations, users).
+run-fresh: $(STAMP)
+	$(DEVDB) $(PY) scripts/run_demo.py --port $(PORT) --fresh
 
 ## test: the whole suite against a real PostgreSQL.
 test: $(STAMP)

@@ -1,7 +1,11 @@
-"""`make run`: migrate, create the demo admin, then run a worker, the web server and a demo feeder.
+"""`make run`: migrate, create the demo admin, then run a worker, the web server, a demo feeder
+and a self-hosted poller (the official SDK against the demo's wire API).
 
-Runs under scripts/devdb.py, which has already set DATABASE_URL. Ctrl-C stops everything
-(the worker drains gracefully).
+Runs under scripts/devdb.py, which has already set DATABASE_URL. It supervises its children as
+systemd would: one that exits (a database restart the feeder did not ride out, say) is started
+again, with a backoff. Ctrl-C stops everything (the worker drains gracefully). ``--fresh``
+(`make run-fresh`) empties the demo's tables first, so a backlog a previous run left does not
+greet the next one.
 """
 
 from __future__ import annotations
@@ -36,12 +40,20 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
     parser.add_argument("--feed-every", type=float, default=5.0)
+    parser.add_argument("--fresh", action="store_true", help="Empty every table first (a new admin password follows).")
     args = parser.parse_args()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
 
     # Checks run once the sweeps below have run (a stale-sweep warning would only be noise here).
     subprocess.check_call([*MANAGE, "migrate", "--noinput", "--skip-checks", "-v", "0"], cwd=ROOT, env=env)
     subprocess.check_call([*MANAGE, "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, env=env)
+    if args.fresh:
+        subprocess.check_call([*MANAGE, "flush", "--noinput", "--skip-checks"], cwd=ROOT, env=env)
+        print("[make run] emptied the demo's tables (--fresh)", flush=True)
+    else:
+        left = backlog(env)
+        if left:
+            print(f"[make run] {left} items are left from a previous run; `make run-fresh` starts empty", flush=True)
     # The sweeps cron would run; the worker below also runs them every 30 s (--maintenance).
     for sweep in ("recover", "reap"):
         subprocess.check_call([*MANAGE, sweep], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
@@ -50,25 +62,35 @@ def main() -> int:
     port = free_port(args.port)
     base = f"http://127.0.0.1:{port}"
 
-    procs = {
-        "worker": subprocess.Popen(
-            [*MANAGE, "runworker", "--concurrency", "8", "--maintenance", "30", "--worker-id", "demo-worker"],
+    commands = {
+        "worker": [*MANAGE, "runworker", "--concurrency", "8", "--maintenance", "30", "--worker-id", "demo-worker"],
+        "web": [*MANAGE, "runserver", f"127.0.0.1:{port}", "--noreload"],
+        "feeder": [*MANAGE, "demo_feed", "--every", str(args.feed_every)],
+        "poller": [
+            *MANAGE,
+            "demo_poller",
+            "--base-url",
+            base,
+            "--environment",
+            setup["environment_id"],
+            "--key",
+            setup["environment_key"],
+        ],
+    }
+    quiet = {"feeder", "poller"}  # their lines would drown the worker's and the web server's
+
+    def start(name: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            commands[name],
             cwd=ROOT,
             env=env,
+            stdout=subprocess.DEVNULL if name in quiet else None,
             start_new_session=True,
-        ),
-        "web": subprocess.Popen(
-            [*MANAGE, "runserver", f"127.0.0.1:{port}", "--noreload"], cwd=ROOT, env=env, start_new_session=True
-        ),
-    }
+        )
+
+    procs = {name: start(name) for name in ("worker", "web")}
     time.sleep(1.5)
-    procs["feeder"] = subprocess.Popen(
-        [*MANAGE, "demo_feed", "--every", str(args.feed_every)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    procs.update((name, start(name)) for name in ("feeder", "poller"))
     line = "=" * 72
     # Children run in their own sessions: a terminal's Ctrl-C reaches only this script, which
     # then sends each of them one SIGTERM (a second signal would make the worker exit at once).
@@ -85,7 +107,8 @@ def main() -> int:
         f"  API:         {base}/api/operations   (log in to the admin first)\n"
         f"  Wire API:    {base}/v1/environments/{setup['environment_id']}/work/poll\n"
         f"               environment key: {setup['environment_key']}\n\n"
-        f"  A worker, the web server and a demo feeder are running; Ctrl-C stops them.\n"
+        f"  A worker, the web server, a demo feeder and a self-hosted poller (the SDK) are running;\n"
+        f"  Ctrl-C stops them. `make run-fresh` starts again from empty tables.\n"
         f"{line}\n",
         flush=True,
     )
@@ -98,14 +121,21 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    code = 0
+    restarts = dict.fromkeys(procs, 0)
+    due: dict[str, float] = {}
     while not stopping:
+        now = time.monotonic()
         for name, proc in procs.items():
-            if proc.poll() is not None:
-                print(f"[make run] {name} exited with {proc.returncode}; stopping the demo", flush=True)
-                code = proc.returncode or 1
-                stopping = True
-                break
+            if name in due:
+                if now >= due[name]:
+                    del due[name]
+                    procs[name] = start(name)
+                    print(f"[make run] {name} started again", flush=True)
+            elif proc.poll() is not None:
+                restarts[name] += 1
+                wait = min(2 ** restarts[name], 30)
+                print(f"[make run] {name} exited with {proc.returncode}; starting it again in {wait}s", flush=True)
+                due[name] = now + wait
         time.sleep(0.5)
     for proc in procs.values():
         if proc.poll() is None:
@@ -117,7 +147,26 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     print("[make run] stopped", flush=True)
-    return code
+    return 0
+
+
+def backlog(env: dict) -> int:
+    """Unsettled items in the demo's database (0 when it cannot tell)."""
+    try:
+        out = subprocess.check_output(
+            [
+                *MANAGE,
+                "shell",
+                "-c",
+                "from workqueue.models import WorkItem; print(WorkItem.objects.unsettled().count())",
+            ],
+            cwd=ROOT,
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
+        return int(out.strip() or 0)
+    except (subprocess.CalledProcessError, ValueError):
+        return 0
 
 
 if __name__ == "__main__":
