@@ -31,7 +31,7 @@ from pathlib import Path
 import psycopg
 
 from bench import cpu
-from bench.runner import DRAIN_POLL, ROOT, ThrowawayDatabase, _conninfo, _reset, drain_once, frozen
+from bench.harness import DRAIN_POLL, ROOT, ThrowawayDatabase, conninfo, drain_once, frozen, reset
 
 VENV = ROOT / ".venv-peers"
 REQUIREMENTS = ROOT / "requirements" / "peers.txt"
@@ -208,12 +208,12 @@ class FreshDatabase:
     def __init__(self, admin_settings: dict):
         self.settings = admin_settings
         self.name = f"bench_peer_{uuid.uuid4().hex[:10]}"
-        self.admin = _conninfo(admin_settings, "postgres")
+        self.admin = conninfo(admin_settings, "postgres")
 
     def __enter__(self) -> FreshDatabase:
         with psycopg.connect(self.admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.name}"')
-        self.conninfo = _conninfo(self.settings, self.name)
+        self.conninfo = conninfo(self.settings, self.name)
         s = self.settings
         host = s.get("HOST") or (s.get("OPTIONS") or {}).get("host") or "/var/run/postgresql"
         user = s.get("USER") or "postgres"
@@ -354,7 +354,7 @@ def run(opts: PeerOptions) -> PeerReport:
                 opts.log(f"… workqueue, {processes} process(es)")
                 rates, spent = [], cpu.Cpu(0.0, 0.0)
                 for _ in range(opts.runs):
-                    _reset()
+                    reset()
                     rate, run_spent = drain_once(db, processes, opts.items, opts.batch, opts.concurrency)
                     rates.append(rate)
                     spent += run_spent

@@ -24,8 +24,8 @@ from pathlib import Path
 from django.db import connection
 
 from bench import cpu
+from bench.harness import ThrowawayDatabase, Workers, reset, wait_drained
 from bench.peers import VENV, ensure_venv
-from bench.runner import ThrowawayDatabase, Workers, _reset, _wait_drained
 
 TOP_STATEMENTS = """
 SELECT calls, round(total_exec_time::numeric, 1), rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 70)
@@ -68,7 +68,7 @@ def _statements(cur) -> list[tuple] | None:
         except Exception:
             return None
     try:
-        cur.execute("SELECT pg_stat_statements_reset()")
+        cur.execute("SELECT pg_stat_statementsreset()")
     except Exception:
         return None  # not in shared_preload_libraries
     return []
@@ -84,7 +84,7 @@ def run(items: int, batch: int, concurrency: int, out: Path, log, *, rate: int =
     out.mkdir(parents=True, exist_ok=True)
     lines = []
     with ThrowawayDatabase() as db:
-        _reset()
+        reset()
         with connection.cursor() as cur:
             statements = _statements(cur)
         workers = Workers(db.url, 1, ["--queue", "demo.noop", "--batch", str(batch), "--concurrency", str(concurrency)])
@@ -111,7 +111,7 @@ def run(items: int, batch: int, concurrency: int, out: Path, log, *, rate: int =
                 WorkItem.objects.enqueue_many(
                     [("demo.noop", f"p-{tag}-{base + i}") for i in range(min(10_000, items - base))]
                 )
-            _wait_drained("demo.noop", timeout=max(120, items / 200))
+            wait_drained("demo.noop", timeout=max(120, items / 200))
             elapsed = time.perf_counter() - started
             spent = meter.stop()
             stop.set()

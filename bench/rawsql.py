@@ -177,7 +177,7 @@ def drain(
 ) -> tuple[int, float, cpu.Cpu]:
     """Claim and complete everything queued on ``queue`` from N processes; return (items, items/s,
     CPU of the loops and of their backends). Timed from the moment every process is connected
-    and idle, as runworker's drain is (bench.runner.drain_once)."""
+    and idle, as runworker's drain is (bench.harness.drain_once)."""
     total, elapsed, spent = _in_processes(_drain_loop, (conninfo, queue, batch, lease), connections, gated=True)
     return total, total / elapsed, spent
 

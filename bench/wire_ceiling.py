@@ -8,7 +8,7 @@ passes for a plain environment: no caps, no flow control), from one autocommit p
 connection per server thread, prepared, as the app prepares them. No Django, no key check,
 no poller bookkeeping, no request parsing beyond the path, and a body that only says what
 the client loop needs (the polled item's id). What the real API does beyond this is the
-framework's share of a cycle (``bench/runner.py`` prints both side by side).
+framework's share of a cycle (``bench/sections/wire.py`` prints both side by side).
 
 The client (``bench_wire``) sends the same requests to both, so the paths match the API's:
 ``/v1/environments/{env}/work/poll``, ``…/work/{id}/ack``, ``…/heartbeat``, ``…/stop``.

@@ -109,6 +109,7 @@ STATIC_ROOT = BASE_DIR / ".data" / "static"
 
 LOGIN_URL = "admin:login"
 
+
 def _not_a_wire_call(record) -> bool:
     """The demo's own self-hosted poller calls the wire API every second: keep it out of the log."""
     return "/work/" not in record.getMessage()

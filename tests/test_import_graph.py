@@ -1,4 +1,4 @@
-"""No import cycle in workqueue or operations, and workqueue never imports operations.
+"""No import cycle anywhere in the repository, and workqueue never imports operations.
 
 The graph is read from the source (ast), every import statement counted, including those
 inside functions (a deferred import that closes a loop is still a cycle, only hidden), but
@@ -17,6 +17,9 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PACKAGES = ("workqueue", "operations")
+#: Every folder of Python the repository holds: the apps, the demo project, the benchmark, the
+#: scripts (not a package; their modules are named scripts.<name>) and the tests.
+REPOSITORY = (*PACKAGES, "project", "bench", "scripts", "tests")
 
 
 def modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
@@ -135,6 +138,19 @@ def test_the_checker_finds_a_cycle_hidden_in_a_function(tmp_path):
 def test_no_import_cycle_in_workqueue_or_operations():
     graph = import_graph(ROOT)
     assert {"workqueue.states", "workqueue.managers", "workqueue.wire.store", "operations.store"} <= set(graph)
+    assert cycles(graph) == []
+
+
+def test_no_import_cycle_anywhere_in_the_repository():
+    """The benchmark once had one (runner ↔ history ↔ indexes, through private helpers)."""
+    graph = import_graph(ROOT, REPOSITORY)
+    assert {
+        "bench.runner",
+        "bench.harness",
+        "bench.sections.history",
+        "scripts.embed_check",
+        "project.settings",
+    } <= set(graph)
     assert cycles(graph) == []
 
 

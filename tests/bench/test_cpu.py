@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from bench import cpu
-from bench.runner import _conninfo
+from bench.harness import conninfo
 
 # Burns 0.3 s of CPU once told to (a line on stdin), then says so: the window covers all of
 # it however loaded the machine is.
@@ -56,8 +56,8 @@ def test_a_process_that_is_gone_reads_as_none():
 @pytest.mark.django_db(transaction=True)
 def test_the_backends_of_an_application_name_are_found_and_their_cpu_read():
     name = cpu.app_name("test-cpu")
-    conninfo = _conninfo(connection.settings_dict, connection.settings_dict["NAME"])
-    with psycopg.connect(conninfo, autocommit=True, application_name=name) as busy:
+    info = conninfo(connection.settings_dict, connection.settings_dict["NAME"])
+    with psycopg.connect(info, autocommit=True, application_name=name) as busy:
         pids = cpu.backends_by_app_name(connection.cursor, name)
         assert pids() == [busy.info.backend_pid]
         local = cpu.is_postgres(busy.info.backend_pid)

@@ -4,8 +4,9 @@ puts them back exactly as they were, even when the measurement fails."""
 import pytest
 from django.db import connection
 
-from bench import indexes, rawsql
-from bench.runner import Options, Report
+from bench import rawsql
+from bench.report import Options, Report
+from bench.sections import indexes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

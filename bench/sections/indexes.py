@@ -57,7 +57,7 @@ def _restore() -> None:
 
 
 def bench_indexes(opts, db, report) -> None:
-    from bench.runner import _reset
+    from bench.harness import reset
     from workqueue.models import WorkItem
 
     count = max(opts.workers)
@@ -71,7 +71,7 @@ def bench_indexes(opts, db, report) -> None:
                     _restore()
                 else:
                     _drop()
-                _reset()
+                reset()
                 WorkItem.objects.enqueue_many([("raw.drain", f"i-{i}") for i in range(opts.drain_items)])
                 n, rate, run_spent = rawsql.drain(db.conninfo, "raw.drain", connections=count, batch=opts.batch)
                 cases[name].append(rate)

@@ -66,7 +66,7 @@ def _use(name: str) -> None:
     connection.settings_dict["NAME"] = name
 
 
-def _conninfo(db, name: str) -> str:
+def conninfo(db, name: str) -> str:
     return db.conninfo.replace(f"dbname={db.name}", f"dbname={name}", 1)
 
 
@@ -109,7 +109,7 @@ def _buffers() -> int:
 def _drain(opts, url: str, during=None) -> tuple[float, object]:
     """Two runworker processes drain ``opts.drain_items`` no-op items; return (items/s, what
     ``during`` returned). ``during(stop_event)`` runs in a thread for the whole drain."""
-    from bench.runner import Workers, _wait_drained
+    from bench.harness import Workers, wait_drained
     from workqueue.models import WorkItem
 
     workers = Workers(
@@ -130,7 +130,7 @@ def _drain(opts, url: str, during=None) -> tuple[float, object]:
             WorkItem.objects.enqueue_many(
                 [("demo.noop", f"h-{tag}-{base + i}") for i in range(min(10_000, opts.drain_items - base))]
             )
-        _wait_drained("demo.noop", timeout=max(120, opts.drain_items / 200))
+        wait_drained("demo.noop", timeout=max(120, opts.drain_items / 200))
         rate = opts.drain_items / (time.perf_counter() - started)
     finally:
         stop.set()
@@ -299,7 +299,7 @@ def _sizes(conninfo: str) -> dict:
 
 
 def bench_history(opts, db, report) -> None:
-    from bench.runner import ThrowawayDatabase
+    from bench.harness import ThrowawayDatabase
     from workqueue.conf import wq_settings
 
     stopped, scheduled = opts.history_stopped, opts.history_scheduled
@@ -314,7 +314,7 @@ def bench_history(opts, db, report) -> None:
         with psycopg.connect(small.admin, autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{big}" TEMPLATE "{small.name}"')
         try:
-            loaded = load_history(_conninfo(small, big), stopped, scheduled, retention)
+            loaded = load_history(conninfo(small, big), stopped, scheduled, retention)
             opts.log(f"  history: {stopped:,} stopped + {scheduled:,} scheduled loaded in {loaded:.0f}s")
 
             def on_small() -> None:
@@ -332,7 +332,7 @@ def bench_history(opts, db, report) -> None:
                 before = _buffers()
                 big_rates.append(_drain(opts, _url(small, big))[0])
                 big_bufs.append((_buffers() - before) / opts.drain_items)
-                big_raw.append(_raw_drain(opts, _conninfo(small, big)))
+                big_raw.append(_raw_drain(opts, conninfo(small, big)))
                 big_enq.append(_enqueue(opts.enqueue_single))
 
             # Alternate which goes first, so a drift in the machine's load favours neither.
@@ -343,7 +343,7 @@ def bench_history(opts, db, report) -> None:
             small_admin = _admin_ms()
             _use(big)
             big_admin = _admin_ms()
-            plan = plans(_conninfo(small, big), opts.batch)
+            plan = plans(conninfo(small, big), opts.batch)
             for n in range(opts.runs):
                 if n % 2:
                     without_reap.append(_drain(opts, _url(small, big))[0])
@@ -352,7 +352,7 @@ def bench_history(opts, db, report) -> None:
                 reaped.append(swept)
                 if not n % 2:
                     without_reap.append(_drain(opts, _url(small, big))[0])
-            sizes = _sizes(_conninfo(small, big))
+            sizes = _sizes(conninfo(small, big))
         finally:
             _use(small.name)
             connections.close_all()

@@ -1,0 +1,1 @@
+"""The benchmark's sections, one module each (``bench.runner.SECTIONS`` names them)."""
