@@ -22,9 +22,8 @@ import threading
 
 import psycopg
 
-from workqueue.sql import load
+from workqueue.sql import QUERIES as WIRE
 
-WIRE = load("wire.sql")
 RESERVE_S = 60.0  # the client's reclaim_older_than_ms=60000
 STARTUP_S = 60.0  # the settings' STARTUP_LEASE default
 TTL_S = 60.0  # HEARTBEAT_TTL default

@@ -21,53 +21,29 @@ from psycopg.types.json import Jsonb
 from operations.conf import configured_table, ops_settings
 from operations.models import Operation
 from workqueue import sql
-from workqueue.sql import Statements
 
 OP_COLUMNS = [f.attname for f in Operation._meta.concrete_fields]
 LIGHT_COLUMNS = [c for c in OP_COLUMNS if c not in ("request", "attempt_log")]
 RUN_COLUMNS = [c for c in OP_COLUMNS if c != "attempt_log"]  # what begin hands the runner
 _JSON = {"request", "result_detail", "attempt_log"}
-ATTEMPT_LOG_LIMIT = 20
-
-_close = (
-    "CASE WHEN jsonb_array_length(o.attempt_log) = 0 THEN o.attempt_log "
-    "ELSE jsonb_set(o.attempt_log, ARRAY[(jsonb_array_length(o.attempt_log) - 1)::text], "
-    "(o.attempt_log -> -1) || jsonb_build_object('finished_at', now()) || {extra}) END"
-)
 
 WATCHES_TABLE = f"{configured_table()}_watches"
 
 
-def _notify(op_id_expression: str) -> str:
-    return (
-        "(SELECT pg_notify(%(channel)s::text, '') WHERE %(channel)s::text <> '' AND EXISTS ("
-        f"SELECT 1 FROM {WATCHES_TABLE} AS watch WHERE watch.op_id = {op_id_expression} "
-        "AND watch.until > now())) AS notified"
-    )
-
-
-QUERIES = Statements(
-    Path(__file__).with_name("sql") / "queries.sql",
-    {
-        # workqueue's work-item fragments and state sets: every work_items write is theirs.
-        **sql.shared_fragments(),
-        # the fragments more than one operations statement shares (op_cancel_set, ...)
-        **sql.load_fragments(Path(__file__).with_name("sql") / "fragments.sql"),
+def generated_fragments() -> dict[str, str]:
+    """The operations fragments computed from Python, all of them: the tables' names (from
+    OPERATIONS TABLE_PREFIX) and the model's column lists; the rest are in ``sql/*.sql``."""
+    return {
         "table": configured_table(),
         "watches": WATCHES_TABLE,
-        "op_light": ", ".join(f"o.{c}" for c in LIGHT_COLUMNS),
-        "op": ", ".join(f"o.{c}" for c in OP_COLUMNS),
-        "op_run": ", ".join(f"o.{c}" for c in RUN_COLUMNS),
-        "notify": _notify,
-        "open_attempt": (
-            f"(CASE WHEN jsonb_array_length(o.attempt_log) >= {ATTEMPT_LOG_LIMIT} THEN o.attempt_log - 0 "
-            "ELSE o.attempt_log END) || jsonb_build_array(jsonb_build_object("
-            "'number', o.attempts + 1, 'worker_id', %(worker_id)s::text, 'started_at', now()))"
-        ),
-        "close_attempt": _close.format(extra="%(attempt)s::jsonb"),
-        "close_released": _close.format(extra="jsonb_build_object('outcome', 'released')"),
-    },
-)
+        "op": sql.column_list(f"o.{c}" for c in OP_COLUMNS),
+        "op_light": sql.column_list(f"o.{c}" for c in LIGHT_COLUMNS),
+        "op_run": sql.column_list(f"o.{c}" for c in RUN_COLUMNS),
+    }
+
+
+# Every operations statement, on top of workqueue's fragments: every work_items write is theirs.
+QUERIES = sql.load_app("operations", Path(__file__).with_name("sql"), generated=generated_fragments())
 
 
 Row = tuple[Any, ...]
@@ -84,7 +60,7 @@ class Hold(TypedDict):
 def run(name: str, params: dict[str, Any], *, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
     """Run an operations statement by name (the notify channel is filled in)."""
     params.setdefault("channel", ops_settings().notify_channel)
-    return sql.run(name, params, using=using, queries=QUERIES)
+    return sql.execute(QUERIES[name], params, using=using)
 
 
 def to_operation(row: Sequence[Any], columns: list[str] = OP_COLUMNS, *, using: str = DEFAULT_DB_ALIAS) -> Operation:
@@ -165,7 +141,7 @@ def get_many(ids: list[str], *, using: str = DEFAULT_DB_ALIAS) -> dict[str, Oper
     """``op_get_many``: many operations in one statement, without request and attempt log."""
     if not ids:
         return {}
-    rows = sql.run("op_get_many", {"ids": ids}, using=using, queries=QUERIES)
+    rows = sql.execute(QUERIES["op_get_many"], {"ids": ids}, using=using)
     return {r[0]: to_operation(r, LIGHT_COLUMNS, using=using) for r in rows}
 
 
@@ -312,7 +288,7 @@ def stranded(*, after: float, limit: int, now: dt.datetime | None = None, using:
 def reap(*, retention: float, limit: int, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -> int:
     """``op_reap``: delete one batch of long-finished operations; how many."""
     params = {"retention": retention, "limit": limit, "now": now}
-    return sql.rowcount("op_reap", params, using=using, queries=QUERIES)
+    return sql.execute_rowcount(QUERIES["op_reap"], params, using=using)
 
 
 def watch_follow(ids: Iterable[str], *, watcher: str, ttl: float, using: str = DEFAULT_DB_ALIAS) -> None:

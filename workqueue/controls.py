@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from workqueue import handlers, sql
+from workqueue import handlers, store
 from workqueue.conf import QUEUE_NAME, QueueSettings, format_rate, parse_rate, wq_settings
 from workqueue.exceptions import InvalidInput
 
@@ -87,7 +87,7 @@ class Effective:
 
 def all_controls(*, using: str = DEFAULT_DB_ALIAS) -> dict[str, Control]:
     """Every controls row, by queue name (read now, not cached)."""
-    return {row[0]: Control.from_row(row) for row in sql.run("queue_controls_all", using=using, queries=sql.CONTROLS)}
+    return {row[0]: Control.from_row(row) for row in store.queue_controls_all(using=using)}
 
 
 def effective(conf: QueueSettings, control: Control | None) -> Effective:
@@ -120,7 +120,7 @@ def describe_all(*, using: str = DEFAULT_DB_ALIAS) -> list[dict]:
     items waiting)."""
     settings = wq_settings()
     rows = all_controls(using=using)
-    depth = dict(sql.run("queue_depths", using=using, queries=sql.CONTROLS))
+    depth: dict[str, int] = dict(store.queue_depths(using=using))
     out = []
     for name in sorted({*known_queues(using=using), *depth}):
         eff = effective(settings.queue(name), rows.get(name))
@@ -213,16 +213,12 @@ def flow_wait(confs: list[QueueSettings], *, using: str = DEFAULT_DB_ALIAS) -> f
     """Seconds until a flow claim that took nothing is worth trying again (None: no limit is
     holding back due work; wait for a NOTIFY or the poll interval)."""
     p = flow_params(confs)
-    rows = sql.run(
-        "queue_flow_wait",
-        {
-            "queues": [c.name for c in confs],
-            "rate_ns": p["rate_ns"],
-            "rate_ss": p["rate_ss"],
-            "recheck": wq_settings().flow_recheck,
-        },
+    rows = store.queue_flow_wait(
+        queues=[c.name for c in confs],
+        rate_ns=p["rate_ns"],
+        rate_ss=p["rate_ss"],
+        recheck=wq_settings().flow_recheck,
         using=using,
-        queries=sql.CONTROLS,
     )
     return rows[0][0] if rows else None
 
@@ -281,21 +277,21 @@ def write(
         raise InvalidInput("nothing to change: give a limit to set, --clear FIELD, or pause/resume")
     values = {**dict.fromkeys(FIELDS), **limits}
     rate, group_rate = values["rate"], values["rate_per_group"]
-    params = {
-        "queue": queue,
-        "fields": fields,
-        "paused": paused,
-        "max_running": values["max_running"],
-        "max_running_per_group": values["max_running_per_group"],
-        "rate_count": rate[0] if rate else None,
-        "rate_period": rate[1] if rate else None,
-        "rate_per_group_count": group_rate[0] if group_rate else None,
-        "rate_per_group_period": group_rate[1] if group_rate else None,
-        "by": by[:200],
-        "channel": wq_settings().notify_channel,
-    }
     with transaction.atomic(using=using):
-        row = sql.run("queue_controls_write", params, using=using, queries=sql.CONTROLS)[0]
+        row = store.queue_controls_write(
+            queue=queue,
+            fields=fields,
+            paused=paused,
+            max_running=values["max_running"],
+            max_running_per_group=values["max_running_per_group"],
+            rate_count=rate[0] if rate else None,
+            rate_period=rate[1] if rate else None,
+            rate_per_group_count=group_rate[0] if group_rate else None,
+            rate_per_group_period=group_rate[1] if group_rate else None,
+            by=by[:200],
+            channel=wq_settings().notify_channel,
+            using=using,
+        )[0]
     invalidate()
     return Control.from_row(row)
 

@@ -13,10 +13,8 @@ from dataclasses import dataclass, replace
 
 from django.db import DEFAULT_DB_ALIAS
 
-from workqueue import controls, handlers, sql
+from workqueue import controls, handlers, store
 from workqueue.conf import wq_settings
-
-STATEMENTS = sql.load("dashboard.sql")
 
 #: The chart covers the last hour in buckets of this many seconds (see queue_settled_recent).
 BUCKET_SECONDS = 300
@@ -113,15 +111,11 @@ class Snapshot:
     polling_window: float = 0.0
 
 
-def _run(name: str, params: dict, using: str) -> list[tuple]:
-    return sql.run(name, params, using=using, queries=STATEMENTS)
-
-
 def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -> Snapshot:
     """Read the dashboard's numbers for the instant ``now`` (default: the database's now())."""
     conf = wq_settings()
     if now is None:
-        now = _run("dashboard_clock", {}, using)[0][0]
+        now = store.dashboard_clock(using=using)[0][0]
 
     rows: dict[str, dict] = {}
 
@@ -137,7 +131,7 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
     for name in control_rows:
         row(name)
     held_back = controls.held_back_queues(using=using)
-    stats = _run("queue_stats", {"now": now, "stuck_after": float(conf.stuck_after), "held_back": held_back}, using)
+    stats = store.queue_stats(now=now, stuck_after=float(conf.stuck_after), held_back=held_back, using=using)
     for queue, ready, scheduled, pending, running, stopping, stuck, live_held, oldest_wait in stats:
         row(queue).update(
             ready=ready,
@@ -151,7 +145,7 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
         )
 
     buckets: dict[str, list[list[int]]] = {}
-    for queue, outcome, bucket, count in _run("queue_settled_recent", {"now": now}, using):
+    for queue, outcome, bucket, count in store.queue_settled_recent(now=now, using=using):
         slots = buckets.setdefault(queue, [[0, 0] for _ in range(BUCKETS)])
         # Bucket 0 is the newest five minutes; the chart reads left (oldest) to right.
         slot = slots[BUCKETS - 1 - min(max(bucket, 0), BUCKETS - 1)]
@@ -164,15 +158,13 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
         )
 
     alive_all = stale_all = 0
-    for queue, alive, stale in _run(
-        "worker_liveness", {"now": now, "stale_after": float(conf.worker_stale_after)}, using
-    ):
+    for queue, alive, stale in store.worker_liveness(now=now, stale_after=float(conf.worker_stale_after), using=using):
         if queue is None:
             alive_all, stale_all = alive, stale
         else:
             row(queue).update(workers_alive=alive, workers_stale=stale)
 
-    for queue, count in _run("queue_schedules", {}, using):
+    for queue, count in store.queue_schedules(using=using):
         if queue is not None:
             row(queue)["schedules"] = count
 
@@ -208,11 +200,7 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
     waits = [q.oldest_wait for q in queues if q.oldest_wait is not None]
     totals = replace(totals, oldest_wait=max(waits) if waits else None)
 
-    env_rows = _run(
-        "environment_stats",
-        {"now": now, "window": float(conf.polling_window), "limit": ENVIRONMENT_LIMIT},
-        using,
-    )
+    env_rows = store.environment_stats(now=now, window=float(conf.polling_window), limit=ENVIRONMENT_LIMIT, using=using)
     environments = [
         EnvironmentStats(id=env_id, name=name, depth=depth, pending=pending, workers_polling=polling)
         for env_id, name, depth, pending, polling, _total in env_rows
@@ -228,7 +216,7 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
             ago=float(ago) if ago is not None else None,
             ok_ago=float(ok_ago) if ok_ago is not None else None,
         )
-        for name, started_at, finished_at, ok, error, ago, ok_ago in _run("maintenance_latest", {"now": now}, using)
+        for name, started_at, finished_at, ok, error, ago, ok_ago in store.maintenance_latest(now=now, using=using)
     ]
     warn_after = float(conf.maintenance_warn_after)
     overdue = not any(s.ok_ago is not None and s.ok_ago <= warn_after for s in sweeps)
@@ -252,7 +240,7 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
 
 def table_estimate(table: str, *, using: str = DEFAULT_DB_ALIAS) -> int | None:
     """The planner's row count for ``table`` (None when it was never analyzed)."""
-    rows = _run("table_row_estimate", {"table": table}, using)
+    rows = store.table_row_estimate(table=table, using=using)
     if not rows or rows[0][0] is None or rows[0][0] < 0:
         return None
     return int(rows[0][0])

@@ -16,6 +16,11 @@ class WorkqueueSettingsError(ImproperlyConfigured):
     """A WORKQUEUE setting is wrong; the message names it and says what it must be."""
 
 
+class SqlTemplateError(WorkqueueError, ValueError):
+    """A ``.sql`` file cannot be loaded (an unknown placeholder, a name defined twice, ...); the
+    message names the file and line. Raised when the app's statements load, at import."""
+
+
 class LeaseLost(WorkqueueError):
     """This holder no longer owns the item: its lease lapsed and another took it, or it was settled."""
 

@@ -221,7 +221,7 @@ class LeaseKeeper:
                 from workqueue.models import WorkItem
 
                 # The keeper's own transaction, and a renewal lost in a server crash only
-                # shortens a lease: commit relaxed (see workqueue/sql.py).
+                # shortens a lease: commit relaxed (see the relaxed fragment, workqueue/sql/fragments.sql).
                 renewed = WorkItem.objects.db_manager(self.using).extend_many(
                     [h.item for h in due], [h.lease for h in due], relaxed=True
                 )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from workqueue import hooks, reaper, recovery, sql
+from workqueue import hooks, reaper, recovery, store
 
 log = logging.getLogger("workqueue.maintenance")
 
@@ -74,7 +74,7 @@ def run_sweep(name: str, *, dry_run: bool = False, using: str = DEFAULT_DB_ALIAS
     began_at = timezone.now()
     try:
         with transaction.atomic(using=using):
-            if not sql.run("maintenance_try_lock", {"name": lock}, using=using)[0][0]:
+            if not store.maintenance_try_lock(name=lock, using=using)[0][0]:
                 result.skipped = True
                 return result
             run = None

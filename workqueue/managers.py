@@ -22,7 +22,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
 
-from workqueue import controls, hooks, sql, tracing
+from workqueue import controls, hooks, sql, store, tracing
 from workqueue.conf import QUEUE_NAME, wq_settings
 from workqueue.exceptions import InvalidInput, LeaseLost, UnknownEnvironment
 from workqueue.items import (  # noqa: F401  (the metadata limits live with the item; re-exported)
@@ -230,23 +230,20 @@ class WorkItemManager(models.Manager):
             max_attempts = conf.max_attempts
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidInput(f"max_attempts must be an integer >= 1, not {max_attempts!r}")
-        rows = sql.run(
-            "item_enqueue",
-            {
-                "queue": queue,
-                "key": key,
-                "environment_id": env_id,
-                "priority": priority,
-                "delay": _seconds(delay, "delay"),
-                "run_after": _aware(run_after),
-                "attempts": int(attempts),
-                "max_attempts": max_attempts,
-                "metadata": Jsonb(validate_metadata(metadata)),
-                "trace_context": Jsonb(trace_context) if trace_context is not None else _current_trace(),
-                "over_wire": conf.over_wire,
-                "channel": wq_settings().notify_channel,
-                "group": check_group(group),
-            },
+        rows = store.item_enqueue(
+            queue=queue,
+            key=key,
+            environment_id=env_id,
+            priority=priority,
+            delay=_seconds(delay, "delay"),
+            run_after=_aware(run_after),
+            attempts=int(attempts),
+            max_attempts=max_attempts,
+            metadata=Jsonb(validate_metadata(metadata)),
+            trace_context=Jsonb(trace_context) if trace_context is not None else _current_trace(),
+            over_wire=conf.over_wire,
+            channel=wq_settings().notify_channel,
+            group=check_group(group),
             using=self.db,
         )
         if not rows:
@@ -322,12 +319,8 @@ class WorkItemManager(models.Manager):
             if env_ids - known:
                 raise UnknownEnvironment(sorted(env_ids - known)[0])
         with transaction.atomic(using=self.db, savepoint=False):
-            rows = sql.run("item_enqueue_many", {**cols, "trace_context": _current_trace()}, using=self.db)
-            sql.run(
-                "queue_notify",
-                {"channel": settings.notify_channel, "queues": sorted(set(cols["queues"]))},
-                using=self.db,
-            )
+            rows = store.item_enqueue_many(**cols, trace_context=_current_trace(), using=self.db)
+            store.queue_notify(channel=settings.notify_channel, queues=sorted(set(cols["queues"])), using=self.db)
         return [(r[1], r[2], r[3], r[4]) for r in rows]
 
     # -- the in-process lane ----------------------------------------------------------
@@ -352,35 +345,55 @@ class WorkItemManager(models.Manager):
         if not confs or limit < 1:
             return ClaimResult()
         names = [c.name for c in confs]
-        params = {
-            "queues": names,
-            "limits": [limit] * len(confs),
-            "leases": [float(lease if lease is not None else c.lease) for c in confs],
-            "caps": [c.max_running for c in confs],
-            "wires": [c.over_wire for c in confs],  # whose live wire reservations hold slots too
-            "limit": limit,
-            "worker_id": worker_id,
-            # A claim lost in a server crash just returns its items to the queue; runworker
-            # claims relaxed. Never inside a caller's transaction: it would relax that commit.
-            "relaxed": relaxed and not transaction.get_connection(self.db).in_atomic_block,
-        }
+        leases = [float(lease if lease is not None else c.lease) for c in confs]
+        # A claim lost in a server crash just returns its items to the queue; runworker claims
+        # relaxed. Never inside a caller's transaction: it would relax that commit.
+        relaxed = relaxed and not transaction.get_connection(self.db).in_atomic_block
         flow = controls.needs_flow(confs, using=self.db)
         capped = [c.name for c in confs if flow or c.max_running is not None]
         if not capped and not hooks.watched(names):
             # Nothing to lock first and no hook to tell about spent items it settles: the claim
             # is one statement, its own transaction (no BEGIN and COMMIT round trips).
-            return _claim_result(sql.run("item_claim", params, using=self.db), worker_id)
+            rows = store.item_claim(
+                queues=names, leases=leases, limit=limit, worker_id=worker_id, relaxed=relaxed, using=self.db
+            )
+            return _claim_result(rows, worker_id)
+        limits = [limit] * len(confs)
+        caps = [c.max_running for c in confs]
+        wires = [c.over_wire for c in confs]  # whose live wire reservations hold slots too
         with transaction.atomic(using=self.db, savepoint=False):
             if capped:
-                sql.run("queue_lock_caps", {"queues": capped}, using=self.db)
+                store.queue_lock_caps(queues=capped, using=self.db)
             if flow:
-                params.update(controls.flow_params(confs))
-                rows = sql.run("item_claim_flow", params, using=self.db, queries=sql.CONTROLS)
+                rows = store.item_claim_flow(
+                    queues=names,
+                    leases=leases,
+                    limits=limits,
+                    caps=caps,
+                    wires=wires,
+                    **controls.flow_params(confs),
+                    limit=limit,
+                    worker_id=worker_id,
+                    relaxed=relaxed,
+                    using=self.db,
+                )
             elif capped:
-                rows = sql.run("item_claim_capped", params, using=self.db)
+                rows = store.item_claim_capped(
+                    queues=names,
+                    leases=leases,
+                    limits=limits,
+                    caps=caps,
+                    wires=wires,
+                    limit=limit,
+                    worker_id=worker_id,
+                    relaxed=relaxed,
+                    using=self.db,
+                )
             else:
                 # No cap to share out: the plainer statement, quicker to plan (each claim is).
-                rows = sql.run("item_claim", params, using=self.db)
+                rows = store.item_claim(
+                    queues=names, leases=leases, limit=limit, worker_id=worker_id, relaxed=relaxed, using=self.db
+                )
             result = _claim_result(rows, worker_id)
             hooks.items_moved(result.settled, hooks.MoveReason.ATTEMPTS_EXHAUSTED)
             result.flow = flow
@@ -388,22 +401,20 @@ class WorkItemManager(models.Manager):
 
     def retry_now(self, ids: Sequence[int]) -> list[int]:
         """Give failed items a new run now (attempts reset, the old error kept); return their ids."""
-        params = {"ids": list(ids), "channel": wq_settings().notify_channel}
+        channel = wq_settings().notify_channel
         with transaction.atomic(using=self.db):
-            return [r[0] for r in sql.run("item_retry_now_many", params, using=self.db, queries=sql.CONTROLS)]
+            return [r[0] for r in store.item_retry_now_many(ids=list(ids), channel=channel, using=self.db)]
 
     def run_now(self, ids: Sequence[int]) -> list[int]:
         """Make scheduled items (run_after ahead) due now; return their ids."""
-        params = {"ids": list(ids), "channel": wq_settings().notify_channel}
+        channel = wq_settings().notify_channel
         with transaction.atomic(using=self.db):
-            return [r[0] for r in sql.run("item_run_now_many", params, using=self.db, queries=sql.CONTROLS)]
+            return [r[0] for r in store.item_run_now_many(ids=list(ids), channel=channel, using=self.db)]
 
     def extend(self, item: Item, lease: float | None = None) -> dt.datetime:
         """Push the item's lease out by ``lease`` seconds (queue default); same proof."""
         seconds = lease if lease is not None else wq_settings().queue(item.queue).lease
-        rows = sql.run(
-            "item_extend", {"id": item.id, "token": item.lease_token, "lease": float(seconds)}, using=self.db
-        )
+        rows = store.item_extend(id=item.id, token=item.lease_token, lease=float(seconds), using=self.db)
         if not rows:
             raise LeaseLost()
         item.lease_expires_at = rows[0][0]
@@ -421,14 +432,11 @@ class WorkItemManager(models.Manager):
         """
         if not items:
             return {}
-        rows = sql.run(
-            "item_extend_many",
-            {
-                "ids": [i.id for i in items],
-                "tokens": [i.lease_token for i in items],
-                "leases": [float(x) for x in leases],
-                "relaxed": relaxed,
-            },
+        rows = store.item_extend_many(
+            ids=[i.id for i in items],
+            tokens=[i.lease_token for i in items],
+            leases=[float(x) for x in leases],
+            relaxed=relaxed,
             using=self.db,
         )
         return {(row[0], row[1]): row[2] for row in rows if row[3]}
@@ -449,10 +457,8 @@ class WorkItemManager(models.Manager):
             raise InvalidInput(f"outcome must be succeeded, failed, cancelled or stopped, not {outcome!r}")
         if not items:
             return [], []
-        rows = sql.run(
-            "item_complete_many",
-            {"ids": [i.id for i in items], "tokens": [i.lease_token for i in items], "outcome": outcome},
-            using=self.db,
+        rows = store.item_complete_many(
+            ids=[i.id for i in items], tokens=[i.lease_token for i in items], outcome=outcome, using=self.db
         )
         # Positions, not ids: an old and a new claim of one item in one batch are told apart.
         done = {r[0] for r in rows}
@@ -471,15 +477,13 @@ class WorkItemManager(models.Manager):
         """
         error = str(error).replace("\x00", "\\0")[:8192]
         if permanent or item.attempts >= item.max_attempts:
-            rows = sql.run("item_fail", {"id": item.id, "token": item.lease_token, "error": error}, using=self.db)
+            rows = store.item_fail(id=item.id, token=item.lease_token, error=error, using=self.db)
             verdict = "failed"
         else:
             if delay is None:
                 delay = wq_settings().queue(item.queue).retry_delay_for(item.attempts)
-            rows = sql.run(
-                "item_retry",
-                {"id": item.id, "token": item.lease_token, "error": error, "delay": _seconds(delay, "delay")},
-                using=self.db,
+            rows = store.item_retry(
+                id=item.id, token=item.lease_token, error=error, delay=_seconds(delay, "delay"), using=self.db
             )
             verdict = "retried"
         if not rows:
@@ -488,7 +492,7 @@ class WorkItemManager(models.Manager):
 
     def requeue(self, item: Item) -> None:
         """Hand a held item back to queued (ready now) under its live slot: follow-on work."""
-        if not sql.run("item_requeue", {"id": item.id, "token": item.lease_token}, using=self.db):
+        if not store.item_requeue(id=item.id, token=item.lease_token, using=self.db):
             raise LeaseLost()
 
     def release_many(self, items: Sequence[Item]) -> list[int]:
@@ -496,10 +500,8 @@ class WorkItemManager(models.Manager):
         if not items:
             return []
         with transaction.atomic(using=self.db, savepoint=False):
-            rows = sql.run(
-                "item_release_many",
-                {"ids": [i.id for i in items], "tokens": [i.lease_token for i in items]},
-                using=self.db,
+            rows = store.item_release_many(
+                ids=[i.id for i in items], tokens=[i.lease_token for i in items], using=self.db
             )
             released = {(r[0], r[1]) for r in rows}
             hooks.items_moved([i for i in items if (i.id, i.lease_token) in released], hooks.MoveReason.RELEASED)
@@ -510,11 +512,7 @@ class WorkItemManager(models.Manager):
         recording ``error`` as its last_error; False if the proof is stale."""
         error = str(error).replace("\x00", "\\0")[:8192]
         with transaction.atomic(using=self.db, savepoint=False):
-            rows = sql.run(
-                "item_release_lost_connection",
-                {"id": item.id, "token": item.lease_token, "error": error},
-                using=self.db,
-            )
+            rows = store.item_release_lost_connection(id=item.id, token=item.lease_token, error=error, using=self.db)
             if rows:
                 hooks.items_moved([item], hooks.MoveReason.RELEASED)
         return bool(rows)
@@ -526,7 +524,7 @@ class WorkItemManager(models.Manager):
                 "assert_held() locks the row for the rest of a transaction; call it inside "
                 "transaction.atomic(), where a lock proves something"
             )
-        if not sql.run("item_assert_held", {"id": item.id, "token": item.lease_token}, using=self.db):
+        if not store.item_assert_held(id=item.id, token=item.lease_token, using=self.db):
             raise LeaseLost()
 
     def cancel_key(self, key: str, *, queue: str | None = None) -> list[Item]:
@@ -535,7 +533,7 @@ class WorkItemManager(models.Manager):
         if queue is not None:
             _check_queue(queue)
         with transaction.atomic(using=self.db, savepoint=False):
-            items = [Item.from_row(r) for r in sql.run("item_cancel_key", {"key": key, "queue": queue}, using=self.db)]
+            items = [Item.from_row(r) for r in store.item_cancel_key(key=key, queue=queue, using=self.db)]
             hooks.items_moved(items, hooks.MoveReason.CANCELLED)
         return items
 
@@ -544,13 +542,13 @@ class WorkItemManager(models.Manager):
     def force_stop(self, ids: Iterable[int]) -> list[Item]:
         """Stop the given items now (outcome cancelled); their holders lose their leases."""
         with transaction.atomic(using=self.db, savepoint=False):
-            items = [Item.from_row(r) for r in sql.run("item_force_stop", {"ids": list(ids)}, using=self.db)]
+            items = [Item.from_row(r) for r in store.item_force_stop(ids=list(ids), using=self.db)]
             hooks.items_moved(items, hooks.MoveReason.FORCE_STOPPED)
         return items
 
     def requeue_now(self, ids: Iterable[int]) -> list[Item]:
         """Make the given unsettled items ready now; holders lose their leases."""
         with transaction.atomic(using=self.db, savepoint=False):
-            items = [Item.from_row(r) for r in sql.run("item_requeue_now", {"ids": list(ids)}, using=self.db)]
+            items = [Item.from_row(r) for r in store.item_requeue_now(ids=list(ids), using=self.db)]
             hooks.items_moved(items, hooks.MoveReason.REQUEUED)
         return items

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from workqueue import handlers, hooks, sql
+from workqueue import handlers, hooks, store
 from workqueue.conf import QueueSettings, wq_settings
 from workqueue.items import Item
 
@@ -25,14 +25,11 @@ def fail_hard_timeouts(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | 
     with transaction.atomic(using=using, savepoint=False):
         items = [
             Item.from_row(r)
-            for r in sql.run(
-                "item_fail_hard_timeout",
-                {
-                    "queues": [q.name for q in timed],
-                    "timeouts": [q.hard_timeout for q in timed],
-                    "now": now,
-                    "limit": limit or wq_settings().reap_batch,
-                },
+            for r in store.item_fail_hard_timeout(
+                queues=[q.name for q in timed],
+                timeouts=[q.hard_timeout for q in timed],
+                now=now,
+                limit=limit or wq_settings().reap_batch,
                 using=using,
             )
         ]
@@ -44,34 +41,29 @@ def delete_stopped(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | None
     """Delete stopped items older than their queue's retention."""
     queues = _known_queues()
     default = wq_settings().queue_defaults.retention
-    return sql.rowcount(
-        "item_reap_stopped",
-        {
-            "queues": [q.name for q in queues],
-            "retentions": [q.retention for q in queues],
-            "default_retention": default,
-            # No row is past retention before the shortest retention of all: the index bound.
-            "min_retention": min([default, *(q.retention for q in queues)]),
-            "now": now,
-            "limit": limit or wq_settings().reap_batch,
-        },
+    return store.item_reap_stopped(
+        queues=[q.name for q in queues],
+        retentions=[q.retention for q in queues],
+        default_retention=default,
+        # No row is past retention before the shortest retention of all: the index bound.
+        min_retention=min([default, *(q.retention for q in queues)]),
+        now=now,
+        limit=limit or wq_settings().reap_batch,
         using=using,
     )
 
 
 def prune_pollers(*, using: str = DEFAULT_DB_ALIAS, now=None) -> int:
-    return sql.rowcount("poller_prune", {"now": now, "window": wq_settings().polling_window}, using=using)
+    return store.poller_prune(now=now, window=wq_settings().polling_window, using=using)
 
 
 def forget_workers(*, using: str = DEFAULT_DB_ALIAS, now=None) -> int:
-    return sql.rowcount(
-        "worker_forget_stale", {"now": now, "older_than": wq_settings().worker_forget_after}, using=using
-    )
+    return store.worker_forget_stale(now=now, older_than=wq_settings().worker_forget_after, using=using)
 
 
 def prune_maintenance_runs(*, using: str = DEFAULT_DB_ALIAS, now=None) -> int:
     """Forget recover/reap run records older than 30 days."""
-    return sql.rowcount("maintenance_runs_prune", {"now": now, "older_than": 30 * 86400.0}, using=using)
+    return store.maintenance_runs_prune(now=now, older_than=30 * 86400.0, using=using)
 
 
 #: The rate limiter's window is at most an hour ("N/h"); older starts can never count again.
@@ -81,9 +73,7 @@ STARTS_KEPT = 3600.0
 def prune_starts(*, using: str = DEFAULT_DB_ALIAS, now=None) -> int:
     """Forget rate-limiter starts older than the longest period (the claim prunes its own
     queue's window as it goes; this catches queues whose rate was removed)."""
-    return sql.rowcount(
-        "queue_starts_prune", {"now": now, "older_than": STARTS_KEPT}, using=using, queries=sql.CONTROLS
-    )
+    return store.queue_starts_prune(now=now, older_than=STARTS_KEPT, using=using)
 
 
 def reap(*, using: str = DEFAULT_DB_ALIAS, now=None) -> dict[str, int]:

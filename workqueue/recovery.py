@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from workqueue import hooks, sql
+from workqueue import hooks, store
 from workqueue.conf import wq_settings
 from workqueue.items import Item
 
 
 def finalize_stopping(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | None = None) -> int:
     """Settle stopping items whose lease lapsed: nobody is left to finish winding them down."""
-    rows = sql.run(
-        "item_finalize_stopping",
-        {"now": now, "limit": limit or wq_settings().recover_batch},
-        using=using,
-    )
+    rows = store.item_finalize_stopping(now=now, limit=limit or wq_settings().recover_batch, using=using)
     return len(rows)
 
 
@@ -27,9 +23,7 @@ def requeue_lapsed(*, using: str = DEFAULT_DB_ALIAS, now=None, limit: int | None
     with transaction.atomic(using=using, savepoint=False):  # the hooks settle in the same transaction
         items = [
             Item.from_row(r)
-            for r in sql.run(
-                "item_requeue_lapsed", {"now": now, "limit": limit or wq_settings().recover_batch}, using=using
-            )
+            for r in store.item_requeue_lapsed(now=now, limit=limit or wq_settings().recover_batch, using=using)
         ]
         failed = [i for i in items if i.state == "stopped"]
         hooks.items_moved(failed, hooks.MoveReason.ATTEMPTS_EXHAUSTED)

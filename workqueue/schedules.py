@@ -36,7 +36,7 @@ from django.conf import settings as django_settings
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models.functions import Now
 
-from workqueue import handlers, hooks, sql
+from workqueue import handlers, hooks, store
 from workqueue.conf import QUEUE_NAME, wq_settings
 from workqueue.exceptions import InvalidInput, InvalidSchedule, ScheduleNotFound
 
@@ -347,7 +347,7 @@ def db_now(using: str = DEFAULT_DB_ALIAS) -> dt.datetime:
 
 def notify_changed(using: str = DEFAULT_DB_ALIAS) -> None:
     """Wake every scheduler loop at commit: a schedule changed."""
-    sql.run("schedule_notify", {"channel": wq_settings().notify_channel}, using=using)
+    store.schedule_notify(channel=wq_settings().notify_channel, using=using)
 
 
 # -- verbs ------------------------------------------------------------------------------
@@ -484,7 +484,7 @@ def sync_settings(*, using: str = DEFAULT_DB_ALIAS, now: dt.datetime | None = No
     wanted = settings_schedules()
     result = SyncResult()
     with transaction.atomic(using=using):
-        sql.run("schedule_sync_lock", using=using)
+        store.schedule_sync_lock(using=using)
         now = now or db_now(using)
         existing = {s.name: s for s in Schedule.objects.using(using).select_for_update()}
         for name, spec in wanted.items():
@@ -578,10 +578,7 @@ def fire_batch(
     conf = wq_settings()
     result = PassResult()
     with transaction.atomic(using=using):
-        rows = [
-            _taken(r)
-            for r in sql.run("schedule_take_due", {"now": now, "limit": limit or conf.schedule_batch}, using=using)
-        ]
+        rows = [_taken(r) for r in store.schedule_take_due(now=now, limit=limit or conf.schedule_batch, using=using)]
         if not rows:
             return result
         updates: dict[str, list] = {
@@ -616,7 +613,7 @@ def fire_batch(
             updates["errors"].append(error)
             updates["fired"].append(len(fired))
             result.fired.extend(fired)
-        sql.run("schedule_advance_many", {**updates, "now": now}, using=using)
+        store.schedule_advance_many(**updates, now=now, using=using)
         result.schedules = len(rows)
     return result
 
@@ -637,5 +634,5 @@ def fire_due(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS, m
 
 def seconds_until_due(*, using: str = DEFAULT_DB_ALIAS, now: dt.datetime | None = None) -> float | None:
     """Seconds until the earliest active schedule is due (<= 0: due now; None: none)."""
-    rows = sql.run("schedule_next_due", {"now": now}, using=using)
+    rows = store.schedule_next_due(now=now, using=using)
     return rows[0][0] if rows else None

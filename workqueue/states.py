@@ -1,9 +1,9 @@
 """The work-item state machine's vocabulary: states, outcomes and the named sets of states.
 
 This module imports nothing from the project, so anything may import it: the model (its
-``choices`` and constraints), the managers, the admin, and the SQL loader, which renders a
-named set into a statement as ``{states:live}`` → ``('queued', 'starting', 'active')``
-(``workqueue/sql.py``). A set of states is typed here once and nowhere else.
+``choices`` and constraints), the managers, the admin, and the SQL layer, which renders each
+named set as a fragment, ``{states_live}`` → ``('queued', 'starting', 'active')``
+(``workqueue/sql/generated.py``). A set of states is typed here once and nowhere else.
 
 A work item moves through these states (the SQL that moves it is in ``workqueue/sql/``)::
 
@@ -46,7 +46,7 @@ class Outcome(models.TextChoices):
 LIVE_STATES = (State.QUEUED, State.STARTING, State.ACTIVE)
 # Held: under a lease, with the proof (lease_token) minted when it was handed out.
 HELD_STATES = (State.STARTING, State.ACTIVE, State.STOPPING)
-# Unheld: every state but the held ones. A statement may say "NOT IN {states:unheld}" where an
+# Unheld: every state but the held ones. A statement may say "NOT IN {states_unheld}" where an
 # index over the held states must not serve it (item_complete_many, by primary key instead).
 UNHELD_STATES = tuple(s for s in State if s not in HELD_STATES)
 # Running: held and not winding down; the holder may renew, retry, requeue or release it.
@@ -61,7 +61,7 @@ ALL_STATES = tuple(State)
 CHARTED_OUTCOMES = (Outcome.SUCCEEDED, Outcome.FAILED)
 ALL_OUTCOMES = tuple(Outcome)
 
-# The named sets, as the SQL loader knows them: {states:live}, {outcomes:charted}.
+# The named sets, as the SQL layer names them: {states_live}, {outcomes_charted}.
 STATE_SETS: dict[str, tuple[State, ...]] = {
     "live": LIVE_STATES,
     "held": HELD_STATES,
@@ -83,7 +83,7 @@ def sql_list(values) -> str:
 
 
 def render_states(name: str) -> str:
-    """``{states:NAME}``: the named state set as an SQL list (KeyError names the known sets)."""
+    """``{states_NAME}``: the named state set as an SQL list (KeyError names the known sets)."""
     try:
         return sql_list(STATE_SETS[name.strip()])
     except KeyError:
@@ -91,7 +91,7 @@ def render_states(name: str) -> str:
 
 
 def render_outcomes(name: str) -> str:
-    """``{outcomes:NAME}``: the named outcome set as an SQL list."""
+    """``{outcomes_NAME}``: the named outcome set as an SQL list."""
     try:
         return sql_list(OUTCOME_SETS[name.strip()])
     except KeyError:

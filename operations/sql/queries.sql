@@ -1,10 +1,11 @@
 -- Every statement the operations app runs by hand, named entity-first.
--- {table} is the operations table (OPERATIONS TABLE_PREFIX), {op} its column list,
--- {notify:ID} a payload-free pg_notify on OPERATIONS NOTIFY_CHANNEL when some process is
+-- {table} is the operations table (OPERATIONS TABLE_PREFIX), {op} its column list (both
+-- generated in operations/store.py), {notify:ID} a payload-free pg_notify on OPERATIONS NOTIFY_CHANNEL when some process is
 -- watching operation ID (a row in {watches}); nothing when the channel is ''. Gating it
 -- matters: a transaction that notifies holds a database-wide lock through its commit, so
 -- unwatched operations must not queue their commits behind each other for nobody's benefit.
--- {open_attempt} / {close_attempt} append to / finish the bounded attempt_log.
+-- {open_attempt} / {close_attempt} append to / finish the bounded attempt_log (these and
+-- {notify:ID} are in operations/sql/fragments.sql).
 -- Every write bumps revision (the watcher's change signal) and updated_at.
 -- A running operation and its work item share one lease: the operation's claimed_until and
 -- the item's lease_expires_at move together, and the item's lease proof is the row's.
@@ -14,9 +15,9 @@
 -- comes first and the operation's depends on it: no operation write lands without its item.
 -- The work item is never written here: every item write or lock is a fragment of
 -- workqueue/sql/fragments.sql (listed at its top), called as {name:args}, e.g.
--- {item_insert:ROWS}, {item_extend_held:ID, TOKEN, LEASE_S}, {item_lock_held:ID, TOKEN, SET},
--- {item_settle:SOURCE, ID, OUTCOME, ERROR}, {lapsed_error:ATTEMPTS, MAX}; {states:NAME} renders
--- a state set of workqueue/states.py.
+-- {item_insert:ROWS}, {item_extend_held:ID, TOKEN, LEASE_S}, {item_lock_held:ID, TOKEN, STATES},
+-- {item_settle:SOURCE, ID, OUTCOME, ERROR}, {lapsed_error:ATTEMPTS, MAX}; {states_NAME} is a state set
+-- of workqueue/states.py.
 
 
 -- name: op_start
@@ -86,7 +87,7 @@ SELECT began.*, {notify:began.id}, {relaxed} FROM began;
 -- Its work item is settled to match; a spent one with the lapsed-lease error every other
 -- lapsed-lease decision writes (lapsed_error), counted in the operation's attempts. Only by the item's holder, whose row is locked first.
 WITH held AS (
-    {item_lock_held:%(item_id)s, %(token)s, running}
+    {item_lock_held:%(item_id)s, %(token)s, {states_running}}
 ),
 gone AS (
     UPDATE {table} AS o
@@ -121,7 +122,7 @@ SELECT gone.id, gone.state, {notify:gone.id} FROM gone;
 
 -- name: op_flush
 -- A progress flush, the one statement a running operation issues regularly (relaxed, like
--- begin: see RELAXED_FRAGMENT in workqueue/sql.py): write progress,
+-- begin: see the relaxed fragment in workqueue/sql/fragments.sql): write progress,
 -- extend the lease (work item, then row), and learn whether cancellation was requested and
 -- whether this worker still holds the operation (no row back = not held). Held means the
 -- work item is still this worker's: a runner silent past its lease, whose item another worker
@@ -148,7 +149,7 @@ SELECT f.revision, f.cancel_requested, {notify:f.id}, {relaxed} FROM f;
 -- worker holds the work item, whose row is locked first. Returns the operation as saved
 -- (what a kind's finished callback reports, e.g. django.tasks' task_finished, with no read).
 WITH held AS (
-    {item_lock_held:%(item_id)s, %(token)s, held}
+    {item_lock_held:%(item_id)s, %(token)s, {states_held}}
 ),
 f AS (
     UPDATE {table} AS o
@@ -183,7 +184,7 @@ SELECT f.*, {notify:f.id} FROM f;
 -- caller then finishes it as cancelled). Only while this worker holds the work item, whose
 -- row is locked first.
 WITH held AS (
-    {item_lock_held:%(item_id)s, %(token)s, running}
+    {item_lock_held:%(item_id)s, %(token)s, {states_running}}
 ),
 r AS (
     UPDATE {table} AS o

@@ -102,7 +102,7 @@ lapsed AS (
     SELECT c.*, q.name AS queue_name, q.n AS quota, q.lease_s FROM q CROSS JOIN LATERAL (
         SELECT w.id, true AS lapsed, w.priority, w.run_after, {lapsed_spent:w} AS spent, w.group_key
         FROM work_items w
-        WHERE w.state IN {states:running} AND NOT w.wire AND w.queue = q.name
+        WHERE w.state IN {states_running} AND NOT w.wire AND w.queue = q.name
           AND w.lease_expires_at < now()
           AND (w.group_key IS NULL OR w.group_key <> ALL (q.blocked))
         ORDER BY w.lease_expires_at
@@ -194,7 +194,7 @@ FROM (
     WHERE f.id = ANY (%(ids)s::bigint[]) AND f.state = 'stopped' AND f.outcome = 'failed'
       AND NOT EXISTS (
           SELECT 1 FROM work_items l
-          WHERE l.queue = f.queue AND l.key = f.key AND l.state IN {states:live}
+          WHERE l.queue = f.queue AND l.key = f.key AND l.state IN {states_live}
       )
     ORDER BY f.queue, f.key, f.id DESC
 ) AS pick

@@ -25,17 +25,17 @@ SELECT w.queue,
                          AND (w.lease_expires_at IS NULL OR w.lease_expires_at <= t.now)) AS ready,
        count(*) FILTER (WHERE w.state = 'queued' AND w.run_after > t.now) AS scheduled,
        count(*) FILTER (WHERE w.state = 'queued' AND w.lease_expires_at > t.now) AS pending,
-       count(*) FILTER (WHERE w.state IN {states:running}) AS running,
+       count(*) FILTER (WHERE w.state IN {states_running}) AS running,
        count(*) FILTER (WHERE w.state = 'stopping') AS stopping,
-       count(*) FILTER (WHERE (w.state IN {states:held} AND w.lease_expires_at < t.now)
+       count(*) FILTER (WHERE (w.state IN {states_held} AND w.lease_expires_at < t.now)
                           OR (w.state = 'queued' AND w.queue <> ALL (%(held_back)s::text[])
                               AND w.run_after < t.now - make_interval(secs => %(stuck_after)s))) AS stuck,
-       count(*) FILTER (WHERE w.state IN {states:held}
+       count(*) FILTER (WHERE w.state IN {states_held}
                           AND w.lease_expires_at > t.now) AS live_held,
        extract(epoch FROM t.now - min(w.run_after) FILTER (WHERE w.state = 'queued' AND w.run_after <= t.now))
            AS oldest_wait
 FROM work_items w CROSS JOIN t
-WHERE w.state IN {states:unsettled}
+WHERE w.state IN {states_unsettled}
 GROUP BY w.queue, t.now;
 
 
@@ -47,7 +47,7 @@ WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT w.queue, w.outcome, floor(extract(epoch FROM t.now - w.stopped_at) / 300)::int AS bucket, count(*)
 FROM work_items w CROSS JOIN t
 WHERE w.state = 'stopped' AND w.stopped_at > t.now - interval '1 hour' AND w.stopped_at <= t.now
-  AND w.outcome IN {outcomes:charted}
+  AND w.outcome IN {outcomes_charted}
 GROUP BY 1, 2, 3;
 
 

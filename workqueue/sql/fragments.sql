@@ -1,28 +1,27 @@
--- The work-item fragments: pieces of SQL that write (or lock) work_items, composed into the
--- statements of workqueue/sql/*.sql and operations/sql/queries.sql, so every write to a work
--- item is authored here or in a workqueue statement. Loaded by workqueue/sql.py.
+-- The work-item fragments: pieces of SQL that write (or lock, or count) work_items, composed
+-- into the statements of workqueue/sql/*.sql and operations/sql/queries.sql, so every write to
+-- a work item is authored here or in a workqueue statement.
 --
 -- A block starts with "-- fragment: <name>(<args>)" and runs to the next one. A statement
 -- calls it as {name:arg1, arg2} (arguments are SQL text, split on the commas outside
--- parentheses and quotes); each $arg in the block is replaced by its argument, and the
--- result is rendered again, so fragments may use the shared ones. A fragment without
--- arguments is written {name}. Shared fragments defined in workqueue/sql.py:
+-- parentheses, brackets, braces and quotes); each $arg in the block is replaced by its
+-- argument. A fragment without arguments is written {name}. Fragments may use fragments
+-- (each is expanded once, when the files load); `manage.py sqlshow NAME` prints a statement
+-- or a fragment expanded. The generated fragments (workqueue/sql/generated.py):
 --   {item} / {claimed}      the column lists an Item is read from (alias w)
---   {relaxed}               the relaxed-commit output column (RELAXED_FRAGMENT)
---   {cap_lock:QUEUE}        the per-queue max_running advisory lock
---   {slots_used:QUEUE, WIRE} what counts against max_running
---   {states:NAME}           a named state set of workqueue/states.py: live, held, running,
---                           unsettled, stop_outright, all -> ('queued', 'starting', ...)
---   {outcomes:NAME}         a named outcome set: charted, all
+--   {states_NAME}           a named state set of workqueue/states.py: live, held, running,
+--                           unheld, unsettled, stop_outright, all -> ('queued', 'starting', ...)
+--   {outcomes_NAME}         a named outcome set: charted, all
 --
 -- Fragments here:
+--   {relaxed}                               the relaxed-commit output column
 --   {item_insert:ROWS}                      INSERT a queued item per row of ROWS
 --   {item_merge_live} / {item_skip_live}    its ON CONFLICT tail on the live (queue, key)
 --   {lapsed_spent:W}                        whether lapsed item W spent its attempts
 --   {lapsed_error:ATTEMPTS, MAX_ATTEMPTS}   the one last_error of a lapsed, spent item
 --   {lapsed_settle:W}                       the SET list deciding a lapsed lease
 --   {item_extend_held:ID, TOKEN, LEASE_S}   move a running item's lease (proof checked)
---   {item_lock_held:ID, TOKEN, SET}         lock the item if the proof matches
+--   {item_lock_held:ID, TOKEN, STATES}      lock the item if the proof matches
 --   {item_lock_key:KEY}                     lock every unsettled item of a key
 --   {item_lock_keys:KEYS}                   lock every unsettled item of many keys
 --   {item_cancel_keys:SOURCE, KEY}          stop (cancelled) every unsettled item of SOURCE's keys
@@ -30,11 +29,29 @@
 --   {item_settle:SOURCE, ID, OUTCOME, ERROR}        settle an item for a holder's write
 --   {item_retry_after:SOURCE, ID, DELAY_S, ERROR}   back to queued after the delay
 --   {item_stop_refunded:ID, TOKEN}          settle as a no-op, refunding the claim's attempt
+--   {cap_lock:QUEUE}                        the per-queue max_running advisory lock
+--   {slots_used:QUEUE, WIRE}                what counts against max_running
+--   {starts_used:QUEUE, SECONDS, WIRE}      what counts against a rate
+--   {flow_gated:QUEUE}                      whether a controls row puts the queue under flow control
 --   {flow_limits:C, U}                      a queue's effective flow limits (controls over settings)
+--   {groups_full:Q}                         a queue's groups with no room left
+--   {group_room:Q, GROUP}                   how many more items of a group may start
+--   {flow_wire_gate:R}                      a wire poll's candidate passes the flow checks
 --   {claim_walk:Q}                          a claim's ready and lapsed walks, per queue row of Q
 --   {claim_take:CANDIDATES}                 a claim's take: hand out or settle each candidate
 --   {claim_handed}                          a claim's result rows, in claim order
 --   {by_pkey:W, IDS}                        reach rows W by primary key, whatever the planner estimates
+
+
+-- fragment: relaxed()
+-- An extra output column that, when %(relaxed)s is true, lets this statement's transaction
+-- commit without waiting for its WAL to reach disk (synchronous_commit = off, transaction-
+-- local). Only for soft transitions that are safe to lose in a server crash: a claim, a
+-- lease renewal, an operation's begin or progress. Losing one reverts the row to a state the
+-- queue already recovers from, and since WAL is written in order, any later durable commit
+-- (the handler's own writes, the completion) makes it durable too. Enqueue, completion,
+-- failure and every terminal write stay synchronous.
+(SELECT set_config('synchronous_commit', 'off', true) WHERE %(relaxed)s::bool) AS relaxed_commit
 
 
 -- fragment: item_insert(rows)
@@ -54,14 +71,14 @@ FROM $rows AS r
 -- fragment: item_merge_live()
 -- A repeat while a live item holds (queue, key) merges into it: priority only rises,
 -- run_after only moves earlier. The predicate is exactly work_items_live_key_uniq's.
-ON CONFLICT (queue, key) WHERE state IN {states:live}
+ON CONFLICT (queue, key) WHERE state IN {states_live}
 DO UPDATE SET priority = greatest(w.priority, excluded.priority),
               run_after = least(w.run_after, excluded.run_after)
 
 
 -- fragment: item_skip_live()
 -- A live item already holds (queue, key): insert nothing.
-ON CONFLICT (queue, key) WHERE state IN {states:live} DO NOTHING
+ON CONFLICT (queue, key) WHERE state IN {states_live} DO NOTHING
 
 
 -- fragment: lapsed_spent(w)
@@ -71,8 +88,10 @@ ON CONFLICT (queue, key) WHERE state IN {states:live} DO NOTHING
 
 -- fragment: lapsed_error(attempts, max_attempts)
 -- The one last_error of an item whose lease lapsed after its attempts were spent.
-format('lease lapsed on attempt %%s of %%s (the holder died or stalled); attempts are spent, so it is not retried',
-       $attempts, $max_attempts)
+format(
+    'lease lapsed on attempt %%s of %%s (the holder died or stalled); attempts are spent, so it is not retried',
+    $attempts, $max_attempts
+)
 
 
 -- fragment: lapsed_settle(w)
@@ -84,7 +103,9 @@ format('lease lapsed on attempt %%s of %%s (the holder died or stalled); attempt
 state = CASE WHEN {lapsed_spent:$w} THEN 'stopped' ELSE 'queued' END,
 outcome = CASE WHEN {lapsed_spent:$w} THEN 'failed' END,
 stopped_at = CASE WHEN {lapsed_spent:$w} THEN now() END,
-last_error = CASE WHEN {lapsed_spent:$w} THEN {lapsed_error:$w.attempts, $w.max_attempts} ELSE $w.last_error END,
+last_error = CASE WHEN {lapsed_spent:$w}
+                  THEN {lapsed_error:$w.attempts, $w.max_attempts}
+                  ELSE $w.last_error END,
 lease_token = NULL, lease_expires_at = NULL, reclaimed = true
 
 
@@ -92,22 +113,22 @@ lease_token = NULL, lease_expires_at = NULL, reclaimed = true
 -- Move a running item's expiry out by LEASE_S seconds if TOKEN is still its proof; returns
 -- the new expiry (no row: the lease is lost).
 UPDATE work_items AS w SET lease_expires_at = now() + make_interval(secs => $lease_s)
-WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states:running}
+WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states_running}
 RETURNING w.lease_expires_at
 
 
--- fragment: item_lock_held(id, token, set)
+-- fragment: item_lock_held(id, token, states)
 -- Lock the item for the rest of the transaction if TOKEN is still its proof and its state
--- is in the named state set SET (running or held); returns its id.
+-- is in the state set STATES ({states_running} or {states_held}); returns its id.
 SELECT w.id FROM work_items AS w
-WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states:$set}
+WHERE w.id = $id AND w.lease_token = $token AND w.state IN $states
 FOR UPDATE
 
 
 -- fragment: item_lock_key(key)
 -- Lock every unsettled item of KEY (any queue); one row of 1 per item.
 SELECT 1 FROM work_items AS w
-WHERE w.key = $key AND w.state IN {states:unsettled}
+WHERE w.key = $key AND w.state IN {states_unsettled}
 FOR UPDATE
 
 
@@ -116,7 +137,7 @@ FOR UPDATE
 -- item_lock_key does for one (a batch's cancel locks its children's items first); one row of 1
 -- per item.
 SELECT 1 FROM work_items AS w
-WHERE w.key IN $keys AND w.state IN {states:unsettled}
+WHERE w.key IN $keys AND w.state IN {states_unsettled}
 FOR UPDATE
 
 
@@ -128,14 +149,14 @@ UPDATE work_items AS w
 SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
     stop_requested_at = coalesce(w.stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
 FROM $source
-WHERE w.key = $key AND w.state IN {states:unsettled}
+WHERE w.key = $key AND w.state IN {states_unsettled}
 RETURNING w.id
 
 
 -- fragment: item_live_for(queue, key)
 -- Whether a live item holds (QUEUE, KEY): a boolean expression.
 EXISTS (SELECT 1 FROM work_items AS live WHERE live.queue = $queue AND live.key = $key
-        AND live.state IN {states:live})
+        AND live.state IN {states_live})
 
 
 -- fragment: item_settle(source, id, outcome, error)
@@ -167,8 +188,62 @@ RETURNING w.id
 UPDATE work_items AS w
 SET state = 'stopped', outcome = 'stopped', stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
     attempts = greatest(w.attempts - 1, 0)
-WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states:running}
+WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states_running}
 RETURNING w.id
+
+
+-- fragment: cap_lock(queue)
+-- Take the transaction-scoped advisory lock under which max_running of the queue named by
+-- the SQL expression QUEUE is checked (claim, poll and ack alike).
+pg_advisory_xact_lock(hashtextextended('workqueue.max_running:' || $queue, 0))
+
+
+-- fragment: slots_used(queue, wire)
+-- The one definition of what counts against max_running: items of the queue held under a
+-- live lease (starting, active, stopping; lapsed holders do not count), plus, when the SQL
+-- boolean WIRE is true (an over_wire queue), live poll reservations: queued wire items whose
+-- reservation has not lapsed, each one ack away from holding a slot. Claim, poll and ack all
+-- count with it, under cap_lock. The holders are read through work_items_held_idx (few rows);
+-- reservations through the live (queue, key) index, so a queue that is not served over the
+-- wire skips that count.
+(
+    (SELECT count(*) FROM work_items slot_h
+     WHERE slot_h.queue = $queue AND slot_h.state IN {states_held}
+       AND slot_h.lease_expires_at > now())
+    + CASE WHEN $wire
+           THEN (SELECT count(*) FROM work_items slot_r
+                 WHERE slot_r.queue = $queue AND slot_r.state = 'queued' AND slot_r.wire
+                   AND slot_r.lease_expires_at > now())
+           ELSE 0 END
+)
+
+
+-- fragment: starts_used(queue, seconds, wire)
+-- What counts against a queue's rate: its starts in the sliding window of the last SECONDS
+-- (work_queue_starts: a claim or a wire ack each), plus, on an over_wire queue (WIRE), live
+-- poll reservations (each one ack away from a start).
+(
+    (SELECT count(*) FROM work_queue_starts st
+     WHERE st.queue = $queue AND st.started_at > now() - make_interval(secs => $seconds))
+    + CASE WHEN $wire
+           THEN (SELECT count(*) FROM work_items st_r
+                 WHERE st_r.queue = $queue AND st_r.state = 'queued' AND st_r.wire
+                   AND st_r.lease_expires_at > now())
+           ELSE 0 END
+)
+
+
+-- fragment: flow_gated(queue)
+-- True when an operator's controls row gives the queue named by the SQL expression QUEUE
+-- anything to enforce (paused, or any limit). The plain claim, which takes no per-queue lock
+-- for such a queue, claims nothing from it: the caller's cached view of the controls was
+-- stale, and the next claim takes the flow path (controls.sql).
+EXISTS (
+    SELECT 1 FROM work_queue_controls fg
+    WHERE fg.queue = $queue
+      AND (fg.paused OR fg.max_running IS NOT NULL OR fg.max_running_per_group IS NOT NULL
+           OR fg.rate_count IS NOT NULL OR fg.rate_per_group_count IS NOT NULL)
+)
 
 
 -- fragment: flow_limits(c, u)
@@ -185,6 +260,66 @@ CASE WHEN $c.rate_count IS NOT NULL THEN $c.rate_period ELSE $u.rate_s END AS ra
 coalesce($c.rate_per_group_count, $u.group_rate_n) AS group_rate_n,
 CASE WHEN $c.rate_per_group_count IS NOT NULL THEN $c.rate_per_group_period ELSE $u.group_rate_s END
     AS group_rate_s
+
+
+-- fragment: groups_full(q)
+-- The groups of the queue row Q (columns name, wire, group_cap, group_rate_n, group_rate_s)
+-- with no room left: as many live holders (plus live wire reservations) as
+-- max_running_per_group, or as many starts in the window as rate_per_group. A text[]; the
+-- scans under it are skipped when the limit is unset.
+coalesce((
+    SELECT array_agg(DISTINCT full_g.group_key) FROM (
+        SELECT gh.group_key FROM (
+            SELECT h.group_key FROM work_items h
+            WHERE $q.group_cap IS NOT NULL AND h.queue = $q.name
+              AND h.state IN {states_held} AND h.lease_expires_at > now()
+              AND h.group_key IS NOT NULL
+            UNION ALL
+            SELECT r.group_key FROM work_items r
+            WHERE $q.group_cap IS NOT NULL AND $q.wire AND r.queue = $q.name AND r.state = 'queued'
+              AND r.wire AND r.lease_expires_at > now() AND r.group_key IS NOT NULL
+        ) gh
+        GROUP BY gh.group_key HAVING count(*) >= $q.group_cap
+        UNION ALL
+        SELECT gs.group_key FROM work_queue_starts gs
+        WHERE $q.group_rate_n IS NOT NULL AND gs.queue = $q.name
+          AND gs.group_key IS NOT NULL
+          AND gs.started_at > now() - make_interval(secs => $q.group_rate_s)
+        GROUP BY gs.group_key HAVING count(*) >= $q.group_rate_n
+    ) full_g
+), '{}'::text[])
+
+
+-- fragment: group_room(q, group)
+-- How many more items of group GROUP the queue row Q (as in groups_full) may start now: NULL
+-- when neither per-group limit is set.
+least(
+    CASE WHEN $q.group_cap IS NOT NULL
+         THEN $q.group_cap
+              - (SELECT count(*) FROM work_items h
+                 WHERE h.queue = $q.name AND h.group_key = $group
+                   AND h.state IN {states_held} AND h.lease_expires_at > now())
+              - CASE WHEN $q.wire
+                     THEN (SELECT count(*) FROM work_items r
+                           WHERE r.queue = $q.name AND r.group_key = $group
+                             AND r.state = 'queued' AND r.wire AND r.lease_expires_at > now())
+                     ELSE 0 END
+    END,
+    CASE WHEN $q.group_rate_n IS NOT NULL
+         THEN $q.group_rate_n
+              - (SELECT count(*) FROM work_queue_starts gs
+                 WHERE gs.queue = $q.name AND gs.group_key = $group
+                   AND gs.started_at > now() - make_interval(secs => $q.group_rate_s))
+    END
+)
+
+
+-- fragment: flow_wire_gate(r)
+-- A wire poll's candidate row R passes the flow checks made under the locks just before
+-- (queue_flow_blocked: %(blocked_groups)s), and is not of a queue an operator put under
+-- control since the caller last looked (%(flow_queues)s were checked).
+($r.group_key IS NULL OR ($r.queue || chr(31) || $r.group_key) <> ALL (%(blocked_groups)s::text[]))
+AND ($r.queue = ANY (%(flow_queues)s::text[]) OR NOT {flow_gated:$r.queue})
 
 
 -- fragment: by_pkey(w, ids)
@@ -220,7 +355,7 @@ lapsed AS (
     SELECT c.*, $q.name AS queue_name, $q.n AS quota, $q.lease_s FROM $q CROSS JOIN LATERAL (
         SELECT w.id, true AS lapsed, w.priority, w.run_after, {lapsed_spent:w} AS spent
         FROM work_items w
-        WHERE w.state IN {states:running} AND NOT w.wire AND w.queue = $q.name
+        WHERE w.state IN {states_running} AND NOT w.wire AND w.queue = $q.name
           AND w.lease_expires_at < now()
         ORDER BY w.lease_expires_at
         LIMIT $q.n

@@ -1,11 +1,11 @@
 -- Every statement the workqueue app runs by hand, named entity-first.
 -- A block starts with "-- name: <name>" and runs to the next one; the comment lines
 -- right under the name say what it does and why its predicate has that shape.
--- {item} expands to the column list every Item is built from (workqueue/sql.py).
+-- {item} expands to the column list every Item is built from (workqueue/sql/generated.py).
 -- Leases are decided by the database clock only: every expiry is now() + interval.
--- State sets are never typed here: {states:live} renders workqueue/states.py's LIVE_STATES
+-- State sets are never typed here: {states_live} renders workqueue/states.py's LIVE_STATES
 -- (live, held, running, unsettled, ...). The work-item fragments ({item_insert:ROWS},
--- {lapsed_settle:W}, {item_lock_held:ID, TOKEN, SET}, ...) are in fragments.sql, whose top
+-- {lapsed_settle:W}, {item_lock_held:ID, TOKEN, STATES}, ...) are in fragments.sql, whose top
 -- lists them all; operations/sql/queries.sql composes the same ones.
 
 
@@ -63,7 +63,7 @@ SELECT count(pg_notify(%(channel)s, q)) FROM unnest(%(queues)s::text[]) AS q;
 
 -- name: queue_lock_caps
 -- Serialize claims and polls per capped queue for the rest of this transaction, so the
--- count of used slots (slots_used in workqueue/sql.py) that max_running is checked against
+-- count of used slots (slots_used in fragments.sql) that max_running is checked against
 -- cannot move under them. Locks are taken in name order (the subquery's ORDER BY) so two
 -- claimers never deadlock. Run as its own statement: the statement that counts must take
 -- its snapshot after the lock is granted, to see what the previous holder committed.
@@ -73,7 +73,7 @@ FROM (SELECT q FROM unnest(%(queues)s::text[]) AS q ORDER BY q) AS ordered;
 
 -- name: item_claim
 -- The in-process lane, for queues with no max_running (runworker claims relaxed: see
--- RELAXED_FRAGMENT in workqueue/sql.py; a capped queue is claimed by item_claim_capped).
+-- the relaxed fragment in fragments.sql; a capped queue is claimed by item_claim_capped).
 -- Per queue, take the best ready items (priority, run_after, age) and items whose holder's
 -- lease lapsed (reclaimed), never wire items, then the best %(limit)s of them all. A queue an
 -- operator has put under flow control (flow_gated: paused or limited in work_queue_controls)
@@ -144,7 +144,7 @@ WITH t AS (
 ),
 mine AS (
     SELECT w.id, t.lease_s FROM work_items w JOIN t ON t.id = w.id
-    WHERE {by_pkey:w, SELECT id FROM t} AND w.lease_token = t.token AND w.state IN {states:running}
+    WHERE {by_pkey:w, SELECT id FROM t} AND w.lease_token = t.token AND w.state IN {states_running}
     FOR UPDATE OF w SKIP LOCKED
 ),
 renewed AS (
@@ -156,7 +156,7 @@ renewed AS (
 SELECT t.id, t.token, r.lease_expires_at,
        r.id IS NOT NULL OR EXISTS (
            SELECT 1 FROM work_items w
-           WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN {states:running}
+           WHERE w.id = t.id AND w.lease_token = t.token AND w.state IN {states_running}
        ) AS held,
        {relaxed}
 FROM t LEFT JOIN renewed r ON r.id = t.id AND r.lease_token = t.token;
@@ -178,7 +178,8 @@ UPDATE work_items w
 SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL
 FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS t(id, token, n)
-WHERE {by_pkey:w, SELECT unnest(%(ids)b::bigint[])} AND w.id = t.id AND w.lease_token = t.token AND w.state NOT IN {states:unheld}
+WHERE {by_pkey:w, SELECT unnest(%(ids)b::bigint[])} AND w.id = t.id AND w.lease_token = t.token
+  AND w.state NOT IN {states_unheld}
 RETURNING t.n;
 
 
@@ -187,7 +188,7 @@ RETURNING t.n;
 UPDATE work_items
 SET state = 'queued', run_after = now() + make_interval(secs => %(delay)s), lease_token = NULL,
     lease_expires_at = NULL, last_error = %(error)s, reclaimed = false
-WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states:running}
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_running}
 RETURNING id;
 
 
@@ -196,7 +197,7 @@ RETURNING id;
 UPDATE work_items
 SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL, last_error = %(error)s
-WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states:held}
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_held}
 RETURNING id;
 
 
@@ -206,7 +207,7 @@ RETURNING id;
 UPDATE work_items
 SET state = 'queued', run_after = now(), lease_token = NULL, lease_expires_at = NULL,
     attempts = 0, reclaimed = false
-WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states:running}
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_running}
 RETURNING id;
 
 
@@ -219,7 +220,7 @@ SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL
     lease_expires_at = NULL, reclaimed = false, claimed_by = ''
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
 WHERE {by_pkey:w, SELECT unnest(%(ids)s::bigint[])} AND w.id = t.id AND w.lease_token = t.token
-  AND w.state IN {states:running}
+  AND w.state IN {states_running}
 RETURNING w.id, t.token;
 
 
@@ -231,13 +232,13 @@ RETURNING w.id, t.token;
 UPDATE work_items
 SET state = 'queued', attempts = greatest(attempts - 1, 0), lease_token = NULL,
     lease_expires_at = NULL, reclaimed = false, claimed_by = '', last_error = %(error)s
-WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states:running}
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_running}
 RETURNING id;
 
 
 -- name: item_assert_held
 -- Lock the row in the caller's transaction if the proof still matches.
-{item_lock_held:%(id)s, %(token)s, held};
+{item_lock_held:%(id)s, %(token)s, {states_held}};
 
 
 -- name: item_cancel_key
@@ -247,7 +248,7 @@ RETURNING id;
 UPDATE work_items AS w
 SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
     stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
-WHERE key = %(key)s AND state IN {states:unsettled}
+WHERE key = %(key)s AND state IN {states_unsettled}
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
 RETURNING {item};
 
@@ -269,7 +270,7 @@ UPDATE work_items AS w
 SET state = 'queued', run_after = now(), lease_token = NULL, lease_expires_at = NULL,
     reclaimed = false, acknowledged_at = NULL, started_at = NULL, last_heartbeat_at = NULL,
     public_id = CASE WHEN handed_out THEN work_mint_id('work_') ELSE public_id END
-WHERE id = ANY(%(ids)s::bigint[]) AND state IN {states:live}
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN {states_live}
 RETURNING {item};
 
 
@@ -298,7 +299,7 @@ SET {lapsed_settle:w},
     acknowledged_at = NULL, started_at = NULL, last_heartbeat_at = NULL
 FROM (
     SELECT id FROM work_items
-    WHERE state IN {states:running} AND wire AND lease_expires_at < coalesce(%(now)s, now())
+    WHERE state IN {states_running} AND wire AND lease_expires_at < coalesce(%(now)s, now())
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) AS s
@@ -315,7 +316,7 @@ WITH t AS (
 victims AS (
     SELECT v.id, t.timeout_s FROM t CROSS JOIN LATERAL (
         SELECT h.id FROM work_items h
-        WHERE h.queue = t.queue AND h.state IN {states:held}
+        WHERE h.queue = t.queue AND h.state IN {states_held}
           AND h.started_at < coalesce(%(now)s, now()) - make_interval(secs => t.timeout_s)
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED

@@ -1,13 +1,13 @@
 -- The statements of the HTTP pull API for self-hosted workers (workqueue/wire/store.py).
 -- A block starts with "-- name: <name>"; the comment lines under it say what it does and
--- why its predicate has that shape. {item} expands to the Item column list (workqueue/sql.py).
+-- why its predicate has that shape. {item} expands to the Item column list (workqueue/sql/generated.py).
 --
 -- Wire-visible, applied by every statement that reads or writes a work item here:
 --     w.environment_id = %(environment_id)s AND w.wire
 -- `wire` is set at enqueue for exactly the items of an over_wire queue in a self_hosted
 -- environment, so this one predicate is "the path's environment, self_hosted, over_wire".
 -- Leases are decided by the database clock (now()) only. State sets come from
--- workqueue/states.py ({states:running}); the work-item fragments ({lapsed_settle:W}, ...)
+-- workqueue/states.py ({states_running}); the work-item fragments ({lapsed_settle:W}, ...)
 -- are in fragments.sql, whose top lists them all.
 
 
@@ -43,7 +43,7 @@ WHERE k.key_hash = %(digest)s;
 -- a revived stale worker's ack/heartbeat/stop hit 404; the first hand-out keeps its id.
 -- Queues whose max_running is full (wire_full_queues, under the caller's per-queue advisory
 -- lock) are skipped and left untouched, and so are the queues and groups flow control holds
--- back (queue_flow_blocked in controls.sql; flow_wire_gate in workqueue/sql.py).
+-- back (queue_flow_blocked in controls.sql; flow_wire_gate in fragments.sql).
 -- They come in as a plain array rather than a CTE so
 -- the planner keeps walking work_items_poll_idx in order and stops at the first row.
 -- Two bounded side jobs ride along as data-modifying CTEs (Postgres runs them whether or
@@ -70,7 +70,7 @@ exhausted AS (
     SET {lapsed_settle:w}
     FROM (
         SELECT s.id FROM work_items s
-        WHERE s.environment_id = %(environment_id)s AND s.wire AND s.state IN {states:running}
+        WHERE s.environment_id = %(environment_id)s AND s.wire AND s.state IN {states_running}
           AND s.lease_expires_at < now() AND {lapsed_spent:s}
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED
@@ -91,7 +91,7 @@ ready AS (
 lapsed AS (
     SELECT l.id, true AS lapsed, l.priority, l.run_after
     FROM work_items l
-    WHERE l.environment_id = %(environment_id)s AND l.wire AND l.state IN {states:running}
+    WHERE l.environment_id = %(environment_id)s AND l.wire AND l.state IN {states_running}
       AND l.lease_expires_at < now() AND NOT {lapsed_spent:l} AND l.run_after <= now()
       AND l.queue <> ALL (%(full_queues)s::text[]) AND {flow_wire_gate:l}
     ORDER BY l.priority DESC, l.run_after, l.id
@@ -127,7 +127,7 @@ SELECT * FROM exhausted;
 
 
 -- name: wire_full_queues
--- Of the capped wire queues, those with no free slot (slots_used in workqueue/sql.py: live
+-- Of the capped wire queues, those with no free slot (slots_used in fragments.sql: live
 -- holders plus live poll reservations, each one ack away from holding a slot; the same count
 -- claim and ack use). Run under the per-queue advisory lock (queue_lock_caps) so the counts
 -- cannot move before the poll that uses them.
@@ -209,17 +209,17 @@ RETURNING {item};
 -- lapses); queued or starting -> stopped outright, as nothing is in flight to wind down.
 -- A row past the requested transition matches nothing (409 after the caller's read).
 UPDATE work_items w
-SET state = CASE WHEN %(force)s OR w.state IN {states:stop_outright} THEN 'stopped' ELSE 'stopping' END,
-    outcome = CASE WHEN %(force)s OR w.state IN {states:stop_outright} THEN coalesce(w.outcome, 'stopped')
+SET state = CASE WHEN %(force)s OR w.state IN {states_stop_outright} THEN 'stopped' ELSE 'stopping' END,
+    outcome = CASE WHEN %(force)s OR w.state IN {states_stop_outright} THEN coalesce(w.outcome, 'stopped')
                    ELSE w.outcome END,
     stop_requested_at = coalesce(w.stop_requested_at, now()),
-    stopped_at = CASE WHEN %(force)s OR w.state IN {states:stop_outright} THEN now() END,
-    lease_token = CASE WHEN %(force)s OR w.state IN {states:stop_outright} THEN NULL ELSE w.lease_token END,
-    lease_expires_at = CASE WHEN %(force)s OR w.state IN {states:stop_outright} THEN NULL
+    stopped_at = CASE WHEN %(force)s OR w.state IN {states_stop_outright} THEN now() END,
+    lease_token = CASE WHEN %(force)s OR w.state IN {states_stop_outright} THEN NULL ELSE w.lease_token END,
+    lease_expires_at = CASE WHEN %(force)s OR w.state IN {states_stop_outright} THEN NULL
                             ELSE w.lease_expires_at END
 WHERE w.public_id = %(work_id)s AND w.environment_id = %(environment_id)s AND w.wire
   AND CASE WHEN %(force)s THEN w.state <> 'stopped'
-           ELSE w.state IN {states:live} END
+           ELSE w.state IN {states_live} END
 RETURNING {item};
 
 

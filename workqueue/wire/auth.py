@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS
 
-from workqueue import keys, sql
+from workqueue import keys, store
 from workqueue.wire.errors import EnvironmentNotFound, Unauthenticated
-from workqueue.wire.store import WIRE
 
 ENVIRONMENT = "environment"
 API = "api"
@@ -62,14 +61,14 @@ def authenticate(request, environment_id: str, accepts: tuple[str, ...], *, usin
         raise Unauthenticated("the key is malformed")
     digest = keys.digest(token)
     if keys.kind_of(token) == ENVIRONMENT:
-        rows = sql.run("wire_auth_environment_key", {"digest": digest}, using=using, queries=WIRE)
+        rows = store.wire_auth_environment_key(digest=digest, using=using)
         if not rows or not keys.matches(token, rows[0][2]):
             raise Unauthenticated("unknown environment key (it may have been rotated)")
         env_id, env_kind, _hash = rows[0]
         if env_id != environment_id:
             raise EnvironmentNotFound(environment_id)
         return Caller(ENVIRONMENT, env_id, env_kind)
-    rows = sql.run("wire_auth_api_key", {"digest": digest, "environment_id": environment_id}, using=using, queries=WIRE)
+    rows = store.wire_auth_api_key(digest=digest, environment_id=environment_id, using=using)
     if not rows or not keys.matches(token, rows[0][0]) or rows[0][1]:
         raise Unauthenticated("unknown or revoked API key")
     _hash, _revoked, env_id, env_kind = rows[0]

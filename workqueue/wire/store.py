@@ -1,4 +1,5 @@
-"""Wire-lane verbs of ``WorkItem.objects`` (poll, ack, heartbeat, stop, ...). SQL in sql/wire.sql.
+"""Wire-lane verbs of ``WorkItem.objects`` (poll, ack, heartbeat, stop, ...). SQL in sql/wire.sql,
+run through ``workqueue.store``.
 
 Each verb is one named statement plus row mapping and error translation; the verbs that
 refuse (ack, heartbeat, stop) read the row afterwards, in a fresh statement, only to say
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from psycopg.types.json import Jsonb
 
-from workqueue import controls, hooks, sql
+from workqueue import controls, hooks, sql, store
 from workqueue.conf import wq_settings
 from workqueue.exceptions import (
     HeartbeatMismatch,
@@ -31,8 +32,6 @@ from workqueue.exceptions import (
 from workqueue.items import METADATA_MAX_KEYS, Item
 from workqueue.managers import WorkItemManager
 from workqueue.states import RUNNING_STATES, State
-
-WIRE = sql.load("wire.sql")
 
 NO_HEARTBEAT = "NO_HEARTBEAT"
 RESERVE_DEFAULT_MS = 5000
@@ -102,15 +101,12 @@ def decode_cursor(cursor: str) -> tuple[dt.datetime, int]:
 class WireLane:
     """The wire lane: the verbs the HTTP pull API calls, mixed into ``WireItemManager``."""
 
-    def _wire(self, name: str, params: dict) -> list[tuple]:
-        return sql.run(name, params, using=self.db, queries=WIRE)  # type: ignore[attr-defined]
-
     def _wire_item(self, environment_id: str, work_id: str) -> Item:
         return self._wire_lease(environment_id, work_id)[0]
 
     def _wire_lease(self, environment_id: str, work_id: str) -> tuple[Item, int]:
         """The item and the whole seconds left on its lease, by the database clock."""
-        rows = self._wire("wire_get", {"environment_id": environment_id, "work_id": work_id})
+        rows = store.wire_get(environment_id=environment_id, work_id=work_id, using=self.db)  # type: ignore[attr-defined]
         if not rows:
             raise WorkNotFound(f"no work item {work_id!r} in environment {environment_id!r}")
         return Item.from_row(rows[0]), rows[0][len(sql.ITEM_COLUMNS)]
@@ -165,38 +161,40 @@ class WireLane:
         flow = controls.wire_flow_queues(using=self.db)  # type: ignore[attr-defined]
         flow_names = [c.name for c in flow]
         capped = [c for c in settings.capped_wire_queues() if c.name not in flow_names]
-        params = {
-            "environment_id": environment_id,
-            "reserve_s": reserve_ms / 1000,
-            "worker_id": worker_id or "",
-            "batch": settings.finalize_batch,
-            "full_queues": [],
-            "flow_queues": flow_names,
-            "blocked_groups": [],
-        }
+        using: str = self.db  # type: ignore[attr-defined]
+
+        def wire_poll(full_queues: list[str], blocked_groups: list[str]) -> list[tuple]:
+            return store.wire_poll(
+                environment_id=environment_id,
+                reserve_s=reserve_ms / 1000,
+                worker_id=worker_id or "",
+                batch=settings.finalize_batch,
+                full_queues=full_queues,
+                flow_queues=flow_names,
+                blocked_groups=blocked_groups,
+                using=using,
+            )
+
         result = PollResult()
         if not capped and not flow and not hooks.watched_where(lambda name: settings.queue(name).over_wire):
             # No lock to take first and no hook that could want the spent items it settles: the
             # poll is one statement, its own transaction (no BEGIN and COMMIT round trips).
-            return self._polled(self._wire("wire_poll", params), result)
-        with transaction.atomic(using=self.db, savepoint=False):  # type: ignore[attr-defined]
+            return self._polled(wire_poll([], []), result)
+        full_queues: list[str] = []
+        blocked_groups: list[str] = []
+        with transaction.atomic(using=using, savepoint=False):
             if capped or flow:
-                names = [c.name for c in capped] + flow_names
-                sql.run("queue_lock_caps", {"queues": names}, using=self.db)  # type: ignore[attr-defined]
+                store.queue_lock_caps(queues=[c.name for c in capped] + flow_names, using=using)
             if capped:
-                names = [c.name for c in capped]
-                full = self._wire("wire_full_queues", {"queues": names, "caps": [c.max_running for c in capped]})
-                params["full_queues"] = [r[0] for r in full]
+                caps = [c.max_running for c in capped]
+                full = store.wire_full_queues(queues=[c.name for c in capped], caps=caps, using=using)
+                full_queues = [r[0] for r in full]
             if flow:
-                blocked, groups = sql.run(
-                    "queue_flow_blocked",
-                    {"queues": flow_names, "caps": [c.max_running for c in flow], **controls.flow_params(flow)},
-                    using=self.db,  # type: ignore[attr-defined]
-                    queries=sql.CONTROLS,
+                blocked, blocked_groups = store.queue_flow_blocked(
+                    queues=flow_names, caps=[c.max_running for c in flow], **controls.flow_params(flow), using=using
                 )[0]
-                params["full_queues"] += blocked
-                params["blocked_groups"] = groups
-            self._polled(self._wire("wire_poll", params), result)
+                full_queues += blocked
+            self._polled(wire_poll(full_queues, blocked_groups), result)
             hooks.items_moved(result.exhausted, hooks.MoveReason.ATTEMPTS_EXHAUSTED)
         return result
 
@@ -222,23 +220,29 @@ class WireLane:
         that holds the environment's poller lock until it commits.
         """
         conf = wq_settings()
-        params = {
-            "environment_id": environment_id,
-            "worker_id": worker_id,
-            "window_s": conf.polling_window,
-            "max_pollers": conf.max_pollers,
+        using: str = self.db  # type: ignore[attr-defined]
+        if store.wire_record_poll(
+            environment_id=environment_id,
+            worker_id=worker_id,
+            window_s=conf.polling_window,
             # Telemetry: never relax a caller's own transaction, only this statement's.
-            "relaxed": not transaction.get_connection(self.db).in_atomic_block,  # type: ignore[attr-defined]
-        }
-        if self._wire("wire_record_poll", params):
+            relaxed=not transaction.get_connection(using).in_atomic_block,
+            using=using,
+        ):
             return
-        with transaction.atomic(using=self.db):  # type: ignore[attr-defined]
-            self._admit_poller(environment_id, params, conf)
+        with transaction.atomic(using=using):
+            self._admit_poller(environment_id, worker_id, conf, using)
 
-    def _admit_poller(self, environment_id: str, params: dict, conf) -> None:
+    def _admit_poller(self, environment_id: str, worker_id: str, conf, using: str) -> None:
         """Add a new worker id under the environment's poller lock, within MAX_POLLERS."""
-        self._wire("wire_lock_pollers", params)
-        self_hosted, added = self._wire("wire_record_new_poller", params)[0]
+        store.wire_lock_pollers(environment_id=environment_id, using=using)
+        self_hosted, added = store.wire_record_new_poller(
+            environment_id=environment_id,
+            worker_id=worker_id,
+            window_s=conf.polling_window,
+            max_pollers=conf.max_pollers,
+            using=using,
+        )[0]
         if self_hosted and not added:
             raise TooManyPollers(
                 f"environment {environment_id!r} already has {conf.max_pollers} worker ids polling "
@@ -264,30 +268,36 @@ class WireLane:
         flow = controls.wire_flow_queues(fresh=True, using=self.db)  # type: ignore[attr-defined]
         flow_names = [c.name for c in flow]
         capped = [c for c in settings.capped_wire_queues() if c.name not in flow_names]
-        params = {
-            "environment_id": environment_id,
-            "work_id": work_id,
-            "startup_s": settings.startup_lease,
-            "worker_id": worker_id or "",
-            "queues": [c.name for c in capped],
-            "caps": [c.max_running for c in capped],
-        }
+        using: str = self.db  # type: ignore[attr-defined]
+
+        def wire_ack() -> list[tuple]:
+            return store.wire_ack(
+                environment_id=environment_id,
+                work_id=work_id,
+                startup_s=settings.startup_lease,
+                worker_id=worker_id or "",
+                queues=[c.name for c in capped],
+                caps=[c.max_running for c in capped],
+                using=using,
+            )
+
         if capped or flow:
-            with transaction.atomic(using=self.db, savepoint=False):  # type: ignore[attr-defined]
-                self._wire("wire_ack_lock", {**params, "queues": [c.name for c in capped] + flow_names})
-                check = []
+            with transaction.atomic(using=using, savepoint=False):
+                store.wire_ack_lock(
+                    environment_id=environment_id,
+                    work_id=work_id,
+                    queues=[c.name for c in capped] + flow_names,
+                    using=using,
+                )
+                check: list[tuple] = []
                 if flow:
-                    check = sql.run(
-                        "item_ack_flow_check",
-                        {
-                            "environment_id": environment_id,
-                            "work_id": work_id,
-                            "queues": flow_names,
-                            "caps": [c.max_running for c in flow],
-                            **controls.flow_params(flow),
-                        },
-                        using=self.db,  # type: ignore[attr-defined]
-                        queries=sql.CONTROLS,
+                    check = store.item_ack_flow_check(
+                        environment_id=environment_id,
+                        work_id=work_id,
+                        queues=flow_names,
+                        caps=[c.max_running for c in flow],
+                        **controls.flow_params(flow),
+                        using=using,
                     )
                 if check:
                     queue, paused, has_slot, has_rate, has_group_room, _rated = check[0]
@@ -307,16 +317,11 @@ class WireLane:
                             f"work item {work_id!r} cannot be acknowledged now: {why} (queue {queue!r}); "
                             "poll again later"
                         )
-                rows = self._wire("wire_ack", params)
+                rows = wire_ack()
                 if check and check[0][5] and rows and rows[0][4] is not None:
-                    sql.run(
-                        "queue_start_record",
-                        {"id": rows[0][4]},
-                        using=self.db,  # type: ignore[attr-defined]
-                        queries=sql.CONTROLS,
-                    )
+                    store.queue_start_record(id=rows[0][4], using=using)
         else:
-            rows = self._wire("wire_ack", params)
+            rows = wire_ack()
         if rows:
             due, others_reservation, queue, run_after = rows[0][:4]
             if rows[0][4] is not None:
@@ -356,15 +361,13 @@ class WireLane:
         claim = expected_last_heartbeat == NO_HEARTBEAT
         expected = None if claim else parse_timestamp(expected_last_heartbeat)
         if claim or expected is not None:
-            rows = self._wire(
-                "wire_heartbeat",
-                {
-                    "environment_id": environment_id,
-                    "work_id": work_id,
-                    "claim": claim,
-                    "expected": expected,
-                    "ttl_s": ttl,
-                },
+            rows = store.wire_heartbeat(
+                environment_id=environment_id,
+                work_id=work_id,
+                claim=claim,
+                expected=expected,
+                ttl_s=ttl,
+                using=self.db,  # type: ignore[attr-defined]
             )
             if rows:
                 item = Item.from_row(rows[0])
@@ -396,7 +399,12 @@ class WireLane:
 
     def stop(self, environment_id: str, work_id: str, *, force: bool = False) -> Item:
         """Stop an item: force → stopped; graceful: active → stopping, queued/starting → stopped."""
-        rows = self._wire("wire_stop", {"environment_id": environment_id, "work_id": work_id, "force": bool(force)})
+        rows = store.wire_stop(
+            environment_id=environment_id,
+            work_id=work_id,
+            force=bool(force),
+            using=self.db,  # type: ignore[attr-defined]
+        )
         if rows:
             return Item.from_row(rows[0])
         item = self._wire_item(environment_id, work_id)
@@ -419,15 +427,13 @@ class WireLane:
             return self._wire_item(environment_id, work_id)
         upserts = {k: v for k, v in patch.items() if v is not None}
         deletes = [k for k, v in patch.items() if v is None]
-        rows = self._wire(
-            "wire_update_metadata",
-            {
-                "environment_id": environment_id,
-                "work_id": work_id,
-                "upserts": Jsonb(upserts),
-                "deletes": deletes,
-                "max_keys": METADATA_MAX_KEYS,
-            },
+        rows = store.wire_update_metadata(
+            environment_id=environment_id,
+            work_id=work_id,
+            upserts=Jsonb(upserts),
+            deletes=deletes,
+            max_keys=METADATA_MAX_KEYS,
+            using=self.db,  # type: ignore[attr-defined]
         )
         if rows:
             return Item.from_row(rows[0])
@@ -454,14 +460,12 @@ class WireLane:
             raise InvalidInput(f"limit must be an integer between 1 and {LIST_MAX_LIMIT}")
         before = decode_cursor(page) if page else _FIRST_PAGE
         items = _items(
-            self._wire(
-                "wire_list_page",
-                {
-                    "environment_id": environment_id,
-                    "before_created": before[0],
-                    "before_id": before[1],
-                    "limit": limit + 1,
-                },
+            store.wire_list_page(
+                environment_id=environment_id,
+                before_created=before[0],
+                before_id=before[1],
+                limit=limit + 1,
+                using=self.db,  # type: ignore[attr-defined]
             )
         )
         if len(items) > limit:
@@ -470,7 +474,11 @@ class WireLane:
 
     def stats(self, environment_id: str) -> WorkStats:
         """Depth, pending, oldest queued and workers polling for one environment (zeros if cloud)."""
-        rows = self._wire("wire_stats", {"environment_id": environment_id, "window_s": wq_settings().polling_window})
+        rows = store.wire_stats(
+            environment_id=environment_id,
+            window_s=wq_settings().polling_window,
+            using=self.db,  # type: ignore[attr-defined]
+        )
         if not rows:
             return WorkStats()
         _env, depth, pending, oldest, polling = rows[0]
@@ -478,7 +486,11 @@ class WireLane:
 
     def stats_all(self) -> dict[str, WorkStats]:
         """``stats`` for every self_hosted environment at once (metrics), keyed by id."""
-        rows = self._wire("wire_stats", {"environment_id": None, "window_s": wq_settings().polling_window})
+        rows = store.wire_stats(
+            environment_id=None,
+            window_s=wq_settings().polling_window,
+            using=self.db,  # type: ignore[attr-defined]
+        )
         return {r[0]: WorkStats(r[1], r[2], r[3], r[4]) for r in rows}
 
 

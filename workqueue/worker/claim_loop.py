@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from workqueue import controls, sql
+from workqueue import controls, store
 from workqueue.conf import wq_settings
 from workqueue.items import Item
 from workqueue.lease import Hold, LeaseKeeper
@@ -232,17 +232,14 @@ class ClaimLoop:
             return
         from psycopg.types.json import Jsonb
 
-        sql.run(
-            "worker_beat",
-            {
-                "id": self.worker_id,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "queues": Jsonb(self.queues),
-                "state": state,
-                "processed": self.ledger.processed,
-                "failed": self.ledger.failed,
-            },
+        store.worker_beat(
+            id=self.worker_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=Jsonb(self.queues),
+            state=state,
+            processed=self.ledger.processed,
+            failed=self.ledger.failed,
             using=self.using,
         )
         self._last_beat = now
