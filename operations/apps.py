@@ -10,12 +10,15 @@ class OperationsConfig(AppConfig):
         from operations import (
             checks,  # noqa: F401  (registers the system checks)
             runner,
+            store,
             sweeps,
         )
         from operations.conf import ops_settings
         from operations.exceptions import OperationsSettingsError
-        from workqueue import handlers, hooks
+        from workqueue import handlers, hooks, sql
         from workqueue.conf import declare_queue
+
+        sql.register(store.QUERIES)  # for `manage.py sqlshow` and the SQL snapshots
 
         try:
             conf = ops_settings()

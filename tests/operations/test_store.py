@@ -1,8 +1,9 @@
-"""The named statements: every name the code runs exists, none is dead, each says what it does."""
+"""The operations statements: each says what it does and renders its fragments, and a row builds
+the Operation the ORM reads. (One store function per statement, and no other module running
+one by name, is tests/test_statements.py's, for both apps.)"""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -11,20 +12,6 @@ from operations import store
 
 PACKAGE = Path(store.__file__).parent
 SQL_FILE = PACKAGE / "sql" / "queries.sql"
-
-
-def names_used_in_code() -> set[str]:
-    used = set()
-    for path in PACKAGE.rglob("*.py"):
-        used |= set(re.findall(r"""(?:run|rowcount|_write)\(\s*["']((?:op|watch)_[a-z_]+)["']""", path.read_text()))
-    return used
-
-
-def test_every_statement_the_code_names_exists_and_none_is_dead():
-    defined = set(store.QUERIES.names())
-    used = names_used_in_code()
-    assert used - defined == set()
-    assert defined - used == set()
 
 
 def test_every_statement_says_what_it_does_right_under_its_name():
@@ -40,17 +27,6 @@ def test_every_statement_renders_its_fragments(name):
     text = store.QUERIES[name]
     assert "{" not in text.replace("'{", "").replace("{}", ""), text  # no unfilled {fragment}
     assert "operations" in text or name == "op_item_noop"
-
-
-def test_the_store_has_one_function_per_statement_and_only_it_runs_them():
-    for name in store.QUERIES.names():
-        function = getattr(store, name.removeprefix("op_"), None)
-        assert callable(function), f"operations/store.py has no function for {name}"
-        assert name in (function.__doc__ or ""), f"store.{function.__name__} does not say it runs {name}"
-    for path in PACKAGE.rglob("*.py"):
-        if path.name != "store.py":
-            text = path.read_text()
-            assert "store.run(" not in text and "queries=" not in text, f"{path.name} runs a statement by name"
 
 
 @pytest.mark.django_db

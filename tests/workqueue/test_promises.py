@@ -21,12 +21,10 @@ from tests.testapp.models import Sample
 from tests.workqueue.conftest import row
 from workqueue import Permanent, Retry, handlers, keys, metrics, reaper, recovery, sql
 from workqueue.checks import check_maintenance
-from workqueue.dashboard import STATEMENTS as DASHBOARD_STATEMENTS
 from workqueue.environments import create_environment
 from workqueue.listener import Listener, connection_kwargs
 from workqueue.models import ApiKey, MaintenanceRun, Worker, WorkItem
 from workqueue.testing import database_url
-from workqueue.wire.store import WIRE
 from workqueue.worker import Worker as ClaimLoop
 from workqueue.worker import WorkerOptions
 
@@ -353,7 +351,7 @@ def test_synchronous_commit_is_turned_off_only_inside_the_soft_transition_statem
     from operations.store import QUERIES as OPERATION_QUERIES
 
     relaxed = set()
-    for statements in (sql.QUERIES, sql.CONTROLS, DASHBOARD_STATEMENTS, WIRE, OPERATION_QUERIES):
+    for statements in (sql.QUERIES, OPERATION_QUERIES):
         for name in statements.names():
             text = statements[name]
             if "synchronous_commit" in text:

@@ -1,87 +1,218 @@
-"""The named statements: every name the code runs exists once, and the claim uses its index."""
+"""The SQL layer: one template language (loader), the statements of every file, `sqlshow`, the
+reviewed snapshots, and the claim's use of its index."""
 
 from __future__ import annotations
 
-import ast
+import io
 import re
-from pathlib import Path
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from tests.conftest import ROOT
-from workqueue.sql import QUERIES, Statements
+from workqueue.exceptions import SqlTemplateError
+from workqueue.sql import QUERIES, Catalog, loader, registry, split_args
 
 SQL_FILES = sorted([*ROOT.glob("workqueue/sql/*.sql"), *ROOT.glob("operations/sql/*.sql")])
-CORE_QUERIES = ROOT / "workqueue" / "sql" / "queries.sql"
-NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+SNAPSHOTS = ROOT / "tests" / "sql_snapshots"
 
 
-def statement_names(path: Path) -> set[str]:
-    return set(Statements(path).names())
+def load(tmp_path, files: dict[str, str], **kwargs) -> Catalog:
+    paths = []
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        paths.append(tmp_path / name)
+    return Catalog.load("t", paths, **kwargs)
 
 
-def used_names() -> list[tuple[Path, int, str, bool]]:
-    """(file, line, name, passes queries=) for each run/rowcount/QUERIES[...] with a literal name."""
-    found = []
-    for path in sorted([*ROOT.glob("workqueue/**/*.py"), *ROOT.glob("operations/**/*.py")]):
-        if "migrations" in path.parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Call):
-                func = node.func
-                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                if name not in ("run", "rowcount", "_run") or not node.args:
-                    continue
-                first = node.args[0]
-                explicit = any(k.arg == "queries" for k in node.keywords)
-            elif isinstance(node, ast.Subscript) and getattr(node.value, "id", "") in ("QUERIES", "WIRE", "STATEMENTS"):
-                first, explicit = node.slice, True
-            else:
-                continue
-            if isinstance(first, ast.Constant) and isinstance(first.value, str) and NAME.match(first.value):
-                found.append((path, node.lineno, first.value, explicit))
-    return found
+# -- the files ------------------------------------------------------------------------------
 
 
-def test_every_sql_file_loads_with_each_name_defined_once_and_commented():
-    assert CORE_QUERIES in SQL_FILES
+def test_every_sql_file_parses_and_each_block_says_what_it_does_right_under_its_header():
+    assert len(SQL_FILES) == 7
     for path in SQL_FILES:
         text = path.read_text()
-        names = re.findall(r"^-- name: (\S+)\s*$", text, re.M)
-        assert len(names) == len(set(names)), f"{path.name} defines {[n for n in names if names.count(n) > 1]} twice"
-        assert statement_names(path) == set(names)
-        for name in names:
-            after = text.split(f"-- name: {name}\n", 1)[1].splitlines()[0]
-            assert after.startswith("-- "), f"{path.name}: {name} has no comment saying what it does"
+        blocks = loader.parse(text, path.name)
+        assert blocks, path
+        for block in blocks:
+            header = "-- name: " + block.name if block.kind == "statement" else f"-- fragment: {block.name}("
+            after = text.split(header, 1)[1].split("\n", 1)[1]
+            assert after.startswith("-- "), f"{path.name}: {block.name} has no comment saying what it does"
 
 
-def test_a_name_defined_twice_is_refused(tmp_path):
-    dup = tmp_path / "dup.sql"
-    dup.write_text("-- name: a\n-- one\nSELECT 1;\n-- name: a\n-- two\nSELECT 2;\n")
-    with pytest.raises(ValueError, match="'a' is defined twice"):
-        Statements(dup)
+def test_every_app_looks_its_statements_up_by_name_across_its_files():
+    from operations.store import QUERIES as OPERATIONS
+
+    assert {"item_claim", "item_claim_flow", "wire_poll", "queue_stats"} <= set(QUERIES.names())
+    assert {s.source.split(":")[0] for s in QUERIES.statements.values()} == {
+        f"workqueue/sql/{f}.sql" for f in ("queries", "controls", "dashboard", "wire")
+    }
+    assert set(OPERATIONS.names()) == {s.name for s in OPERATIONS.statements.values()}
+    assert not set(QUERIES.names()) & set(OPERATIONS.names())
+    # Operations composes workqueue's fragments; workqueue sees none of operations'.
+    assert "item_insert" in OPERATIONS.fragments and "notify" not in QUERIES.fragments
 
 
-def test_every_statement_name_the_code_uses_exists():
-    core = statement_names(CORE_QUERIES)
-    everything = set().union(*(statement_names(p) for p in SQL_FILES))
-    used = used_names()
-    assert {"item_claim", "item_enqueue", "item_complete_many", "item_extend_many"} <= {n for *_, n, _ in used}
-    missing = []
-    for path, line, name, explicit in used:
-        rel = path.relative_to(ROOT)
-        core_module = rel.parts[0] == "workqueue" and rel.parts[1] not in ("wire", "dashboard.py")
-        known = core if core_module and not explicit else everything
-        if name not in known:
-            missing.append(f"{rel}:{line} {name}")
-    assert not missing, missing
+# -- the template language ------------------------------------------------------------------
 
 
-def test_the_core_statements_are_all_used():
-    used = {n for *_, n, _ in used_names()}
-    unused = sorted(statement_names(CORE_QUERIES) - used)
-    assert not unused, f"statements nobody runs: {unused}"
+def test_a_fragment_takes_its_arguments_split_by_one_rule_and_may_use_fragments(tmp_path):
+    catalog = load(
+        tmp_path,
+        {
+            "f.sql": "-- fragment: pick(a, b)\n-- what it does\ncoalesce($a, $b) IN {states_held}\n"
+            "-- fragment: pair(x)\n-- a pair\n{pick:$x, 'q,(r)'}\n"
+            "-- fragment: flat()\n-- one\nSELECT 1\n"
+            "-- name: s\n-- a statement\nSELECT {pair:f(w.x, [1, 2])}, {flat};\n",
+        },
+        generated={"states_held": "('starting', 'active', 'stopping')"},
+    )
+    assert split_args("f(a, b), 'c, d', e, x[1, 2], {g:h, i}") == ["f(a, b)", "'c, d'", "e", "x[1, 2]", "{g:h, i}"]
+    assert catalog.fragments["pair"].text == "coalesce($x, 'q,(r)') IN ('starting', 'active', 'stopping')"
+    assert catalog["s"] == "SELECT coalesce(f(w.x, [1, 2]), 'q,(r)') IN ('starting', 'active', 'stopping'), SELECT 1"
+
+
+def test_an_argument_is_expanded_before_it_goes_in_and_nothing_put_in_is_scanned_again(tmp_path):
+    catalog = load(
+        tmp_path,
+        {
+            "f.sql": "-- fragment: wrap(x)\n-- wraps\n($x)\n"
+            "-- name: s\n-- nests\nSELECT {wrap:{wrap:1}}, {wrap:'{}'::text[]}, {g}, {wrap:$$x$$}\n",
+        },
+        generated={"g": "'{nope}'"},  # put in place, never read again for placeholders
+    )
+    assert catalog["s"] == "SELECT ((1)), ('{}'::text[]), '{nope}', ($$x$$)"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("-- name: s\n-- x\nSELECT {nope}\n", r"f.sql:1: unknown placeholder \{nope\}"),
+        ("-- name: s\n-- x\nSELECT {two:1}\n", r"two takes \(a, b\), got '1'"),
+        ("-- name: s\n-- x\nSELECT {two}\n", r"\{two\} takes \(a, b\)"),
+        ("-- name: s\n-- x\nSELECT {one:1}\n", r"one takes no arguments: write \{one\}"),
+        ("-- name: s\n-- x\nSELECT {two:1, }\n", r"two takes \(a, b\), got '1,'"),
+        ("-- name: s\n-- x\nSELECT {two:(1, 2}\n", r"a placeholder is not closed"),
+        ("-- name: s\n-- x\nSELECT $a\n", r"\$a outside a fragment"),
+        ("-- fragment: bad(a)\n-- x\n$b\n", r"f.sql:1: \$b is not an argument of bad"),
+        ("-- fragment: bad(a, b)\n-- x\n$a\n", r"bad never uses its argument \$b"),
+        ("-- fragment: loop()\n-- x\n{loop}\n", r"fragments use each other: loop -> loop"),
+        ("-- name: one\n-- x\nSELECT 2\n", r"f.sql:1: 'one' is defined twice \(first at \S*base.sql:5\)"),
+        ("SELECT 1\n-- name: s\n-- x\nSELECT 1\n", r"SQL before the first"),
+        ("-- name: Bad\n-- x\nSELECT 1\n", r"a statement is named in lower case"),
+        ("-- fragment: nope\n-- x\nSELECT 1\n", r"a fragment header reads"),
+        ("-- name: s\n-- only a comment\n", r"s has no SQL"),
+    ],
+)
+def test_a_template_error_is_refused_when_the_files_load_naming_file_and_line(tmp_path, text, error):
+    base = "-- fragment: two(a, b)\n-- x\n$a + $b\n\n-- fragment: one()\n-- x\n1\n"
+    (tmp_path / "base.sql").write_text(base)
+    (tmp_path / "f.sql").write_text(text)
+    with pytest.raises(SqlTemplateError, match=error):
+        Catalog.load("t", [tmp_path / "base.sql", tmp_path / "f.sql"])
+
+
+def test_a_statement_name_in_two_files_or_a_fragment_of_the_base_redefined_is_refused(tmp_path):
+    files = {"a.sql": "-- name: s\n-- x\nSELECT 1\n", "b.sql": "-- name: s\n-- y\nSELECT 2\n"}
+    with pytest.raises(SqlTemplateError, match=r"b.sql:1: 's' is defined twice \(first at "):
+        load(tmp_path, files)
+    with pytest.raises(SqlTemplateError, match=r"'item_insert' is defined twice .*fragments.sql"):
+        load(tmp_path, {"c.sql": "-- fragment: item_insert()\n-- x\nSELECT 1\n"}, base=QUERIES)
+    with pytest.raises(SqlTemplateError, match=r"'item' is defined twice"):
+        load(tmp_path, {"d.sql": "-- name: t\n-- x\nSELECT 1\n"}, base=QUERIES, generated={"item": "x"})
+
+
+def test_multi_line_text_keeps_its_line_breaks_indented_to_its_place(tmp_path):
+    catalog = load(
+        tmp_path,
+        {
+            "f.sql": "-- fragment: sub(rows)\n-- x\nSELECT a,\n       b\nFROM $rows AS r\n"
+            "-- name: s\n-- x\nWITH t AS (\n    {sub:(\n        SELECT 1\n    )}\n)\n"
+            "SELECT x = {sub:y}\n",
+        },
+    )
+    assert catalog["s"] == (
+        "WITH t AS (\n"
+        "    SELECT a,\n"
+        "           b\n"
+        "    FROM (\n"
+        "        SELECT 1\n"
+        "    ) AS r\n"
+        ")\n"
+        "SELECT x = SELECT a,\n"
+        "           b\n"
+        "    FROM y AS r"
+    )
+
+
+def test_the_claims_expand_to_readable_sql():
+    for name in ("item_claim", "item_claim_capped", "item_claim_flow", "wire_poll"):
+        lines = QUERIES[name].splitlines()
+        assert max(len(line) for line in lines) < 160, name
+    assert len(QUERIES["item_claim_flow"].splitlines()) > 150  # its fragments' own line breaks kept
+
+
+# -- sqlshow and the snapshots --------------------------------------------------------------
+
+
+def sqlshow(*args) -> str:
+    out = io.StringIO()
+    call_command("sqlshow", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_sqlshow_prints_a_statement_of_either_app_or_a_fragment_expanded():
+    assert (
+        sqlshow("item_claim") == f"-- item_claim, from workqueue/sql/queries.sql (expanded)\n{QUERIES['item_claim']};\n"
+    )
+    shown = sqlshow("op_begin")
+    assert shown.startswith("-- op_begin, from operations/sql/queries.sql") and "{" not in shown.replace("'{}'", "")
+    assert (
+        sqlshow("by_pkey")
+        == "-- fragment: by_pkey(w, ids), from workqueue/sql/fragments.sql\n$w.id = ANY (ARRAY($ids))\n"
+    )
+    with pytest.raises(CommandError, match="no statement or fragment named 'item_clam'; did you mean item_claim"):
+        sqlshow("item_clam")
+
+
+def test_sqlshow_lists_every_statement_and_fragment_with_its_file():
+    listed = dict(line.split() for line in sqlshow("--list").splitlines())
+    assert listed["item_claim_flow"] == "workqueue/sql/controls.sql"
+    assert listed["op_start"] == "operations/sql/queries.sql"
+    assert len(listed) == sum(len(c.names()) for c in registry.catalogs())
+    fragments = sqlshow("--list", "--fragments")
+    assert re.search(r"^claim_walk +workqueue/sql/fragments.sql$", fragments, re.M)
+    assert re.search(r"^states_live +generated \(workqueue\)$", fragments, re.M)
+    assert re.search(r"^notify +operations/sql/fragments.sql$", fragments, re.M)
+
+
+def test_every_statement_matches_its_reviewed_snapshot():
+    """The expanded SQL of every statement, as reviewed. A change to a fragment changes these
+    files: regenerate them with `manage.py sqlshow --write-snapshots tests/sql_snapshots`."""
+    wanted = registry.snapshots()
+    assert len(wanted) == sum(len(c.names()) for c in registry.catalogs()) > 80
+    on_disk = {p.relative_to(SNAPSHOTS): p.read_text() for p in SNAPSHOTS.glob("*/*.sql")}
+    stale = sorted(str(p) for p in set(on_disk) - set(wanted))
+    missing = sorted(str(p) for p in set(wanted) - set(on_disk))
+    changed = sorted(str(p) for p in set(wanted) & set(on_disk) if wanted[p] != on_disk[p])
+    hint = "run `manage.py sqlshow --write-snapshots tests/sql_snapshots` and review the diff"
+    assert (stale, missing, changed) == ([], [], []), hint
+
+
+def test_write_snapshots_writes_each_statement_and_removes_stale_files(tmp_path):
+    (tmp_path / "workqueue").mkdir()
+    (tmp_path / "workqueue" / "item_gone.sql").write_text("old\n")
+    (tmp_path / "workqueue" / "item_claim.sql").write_text("old\n")
+    out = sqlshow("--write-snapshots", str(tmp_path))
+    total = sum(len(c.names()) for c in registry.catalogs())
+    assert out.strip() == f"{total} statements in {tmp_path}: {total} changed, 1 removed"
+    assert (tmp_path / "workqueue" / "item_claim.sql").read_text() == sqlshow("item_claim")
+    assert not (tmp_path / "workqueue" / "item_gone.sql").exists()
+    assert sqlshow("--write-snapshots", str(tmp_path)).strip().endswith(": 0 changed, 0 removed")
+
+
+# -- the claim's plan -----------------------------------------------------------------------
 
 
 @pytest.mark.django_db(transaction=True)

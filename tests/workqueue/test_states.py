@@ -12,21 +12,16 @@ from django.db.models.functions import Now
 from operations import store as ops_store
 from tests.conftest import ROOT
 from tests.workqueue.conftest import row
-from workqueue import dashboard, sql, states
+from workqueue import sql, states
 from workqueue.models import HELD_STATES, LIVE_STATES, UNSETTLED_STATES, Environment, WorkItem
-from workqueue.wire.store import WIRE
+from workqueue.sql import generated
 
 SQL_FILES = sorted([*ROOT.glob("workqueue/sql/*.sql"), *ROOT.glob("operations/sql/*.sql")])
 STATE_NAMES = {s.value for s in states.State}
 WORK_ITEM_NAMES = STATE_NAMES | {o.value for o in states.Outcome}
 # An IN (or = ANY / <> ALL ARRAY[...]) list of two or more string literals.
 LITERAL_LIST = re.compile(r"(?:\bIN\s*\(|\bARRAY\s*\[)\s*('[^']*'(?:\s*,\s*'[^']*')+)\s*[)\]]", re.I)
-RENDERED = {
-    "workqueue/sql/queries.sql": sql.QUERIES,
-    "workqueue/sql/wire.sql": WIRE,
-    "workqueue/sql/dashboard.sql": dashboard.STATEMENTS,
-    "operations/sql/queries.sql": ops_store.QUERIES,
-}
+RENDERED = {"workqueue": sql.QUERIES, "operations": ops_store.QUERIES}
 LAPSED_ERROR = (
     "lease lapsed on attempt {n} of {n} (the holder died or stalled); attempts are spent, so it is not retried"
 )
@@ -67,16 +62,21 @@ def test_no_sql_file_hand_types_a_state_set():
         found = hand_typed_lists(sql_text(path), outcomes=rel.startswith("workqueue/"))
         if found:
             typed[rel] = found
-    assert not typed, f"render these from workqueue/states.py ({{states:NAME}}): {typed}"
+    assert not typed, f"render these from workqueue/states.py ({{states_NAME}}): {typed}"
 
 
 def test_every_state_set_renders_exactly_what_states_py_says():
+    fragments = generated.fragments()
     for name, members in states.STATE_SETS.items():
-        rendered = sql.render(f"x IN {{states:{name}}}", sql.shared_fragments())
-        assert rendered == "x IN (" + ", ".join(f"'{m.value}'" for m in members) + ")"
+        rendered = sql.QUERIES.fragments[f"states_{name}"].text
+        assert rendered == fragments[f"states_{name}"] == "(" + ", ".join(f"'{m.value}'" for m in members) + ")"
         assert re.findall(r"'(\w+)'", rendered) == [m.value for m in members]
     for name, members in states.OUTCOME_SETS.items():
-        assert re.findall(r"'(\w+)'", states.render_outcomes(name)) == [m.value for m in members]
+        assert re.findall(r"'(\w+)'", fragments[f"outcomes_{name}"]) == [m.value for m in members]
+    assert {n for n in fragments if n.startswith(("states_", "outcomes_"))} == {
+        *(f"states_{n}" for n in states.STATE_SETS),
+        *(f"outcomes_{n}" for n in states.OUTCOME_SETS),
+    }
     assert states.render_states("live") == "('queued', 'starting', 'active')"
     with pytest.raises(KeyError, match="unknown state set 'alive'; known: live, held"):
         states.render_states("alive")
@@ -85,7 +85,7 @@ def test_every_state_set_renders_exactly_what_states_py_says():
 def test_every_set_a_statement_names_exists_and_python_uses_the_same_sets():
     named = set()
     for path in [*SQL_FILES, ROOT / "workqueue/sql/fragments.sql"]:
-        named |= set(re.findall(r"\{states:(\w+)\}", sql_text(path)))
+        named |= set(re.findall(r"\{states_(\w+)\}", sql_text(path)))
     assert {"live", "held", "running", "unsettled"} <= named <= set(states.STATE_SETS)
     # The model's sets are states.py's, not copies.
     assert (LIVE_STATES, HELD_STATES, UNSETTLED_STATES) == (
@@ -100,11 +100,11 @@ def test_every_set_a_statement_names_exists_and_python_uses_the_same_sets():
 
 
 def test_every_rendered_statement_has_no_placeholder_left():
-    for rel, statements in RENDERED.items():
+    for app, statements in RENDERED.items():
         for name in statements.names():
             text = statements[name]
-            assert not re.search(r"\{\w+[:}]", text), f"{rel}: {name} has an unrendered placeholder"
-            assert not re.search(r"\$[a-z_]", text), f"{rel}: {name} has an unfilled fragment argument"
+            assert not re.search(r"\{\w+[:}]", text), f"{app}: {name} has an unrendered placeholder"
+            assert not re.search(r"\$[a-z_]", text), f"{app}: {name} has an unfilled fragment argument"
 
 
 def test_operations_sql_never_names_work_items_and_shares_the_item_fragments():
@@ -115,10 +115,10 @@ def test_operations_sql_never_names_work_items_and_shares_the_item_fragments():
     assert "{item_insert:" in enqueue
     op_start = (ROOT / "operations/sql/queries.sql").read_text().split("-- name: op_start\n")[1].split("-- name:")[0]
     assert "{item_insert:" in op_start
-    # Rendered, both insert through the same text.
-    insert_head = sql.QUERIES["item_enqueue"].split("FROM (", 1)[0]
+    # Rendered, both insert through the same text (indented to its place).
+    insert_head = " ".join(sql.QUERIES["item_enqueue"].split("FROM (", 1)[0].split())
     assert insert_head.startswith("INSERT INTO work_items AS w")
-    assert insert_head in ops_store.QUERIES["op_start"]
+    assert insert_head in " ".join(ops_store.QUERIES["op_start"].split())
 
 
 def test_every_lapsed_lease_decision_writes_one_message():
@@ -126,13 +126,13 @@ def test_every_lapsed_lease_decision_writes_one_message():
     deciders = {
         "item_claim": sql.QUERIES,
         "item_requeue_lapsed": sql.QUERIES,
-        "wire_poll": WIRE,
+        "wire_poll": sql.QUERIES,
         "op_settle_unbegun": ops_store.QUERIES,
     }
     for name, statements in deciders.items():
-        assert f"format('{message}'" in statements[name], name
+        assert re.search(r"format\(\s*'" + re.escape(message) + "'", statements[name]), name
     everything = "\n".join(s[n] for s in RENDERED.values() for n in s.names())
-    assert set(re.findall(r"format\('([^']*lapsed[^']*)'", everything)) == {message}
+    assert set(re.findall(r"format\(\s*'([^']*lapsed[^']*)'", everything)) == {message}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -163,22 +163,3 @@ def test_claim_poll_and_recover_fail_a_spent_lapsed_item_with_the_same_last_erro
         item = row(key)
         assert (item.state, item.outcome, item.reclaimed, item.lease_token) == ("stopped", "failed", True, None), key
         assert item.last_error == LAPSED_ERROR.format(n=2), key
-
-
-def test_fragments_take_their_arguments_and_may_use_fragments(tmp_path):
-    frags = tmp_path / "f.sql"
-    frags.write_text(
-        "-- fragment: pick(a, b)\n-- what it does\ncoalesce($a, $b) IN {states:$b_set}\n"
-        "-- fragment: pair(x)\n{pick:$x, 'q,(r)'}\n"
-        "-- fragment: flat()\nSELECT 1\n"
-    )
-    loaded = sql.load_fragments(frags)
-    assert loaded["flat"] == "SELECT 1"
-    assert sql.split_args("f(a, b), 'c, d', e") == ["f(a, b)", "'c, d'", "e"]
-    with pytest.raises(ValueError, match=r"fragment pick takes \(a, b\), got 'x'"):
-        loaded["pick"]("x")
-    with pytest.raises(KeyError):  # $b_set is not an argument of pick
-        sql.render("{pick:1, 2}", {**sql.shared_fragments(), **loaded})
-    loaded["pick"].text = "coalesce($a, $b) IN {states:held}"
-    rendered = sql.render("{pair:w.x}", {**sql.shared_fragments(), **loaded})
-    assert rendered == "coalesce(w.x, 'q,(r)') IN ('starting', 'active', 'stopping')"

@@ -30,7 +30,7 @@ _HEADER = re.compile(r"^-- (name|fragment):(.*)$", re.M)
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _FRAGMENT_HEAD = re.compile(r"([a-z][a-z0-9_]*)\(([a-z0-9_, ]*)\)")
 _PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)([:}])")
-_PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
+_PARAM = re.compile(r"(?<![\w$])\$([a-z_][a-z0-9_]*)\b(?!\$)")  # not a $$ or $tag$ quote
 _OPEN, _CLOSE = "([{", ")]}"
 HANGING = "    "
 
@@ -217,7 +217,7 @@ class Catalog:
         base: Catalog | None = None,
     ) -> Catalog:
         """Parse the files, check every name is defined once, and expand everything."""
-        sources = {name: f"{f.source} ({base.app})" for name, f in base.fragments.items()} if base else {}
+        sources = {name: f.source for name, f in base.fragments.items()} if base else {}
         fragments: dict[str, Fragment] = dict(base.fragments) if base else {}
         for name, text in (generated or {}).items():
             _claim(sources, name, f"generated ({app})")

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils.html import strip_tags
 
 from tests.workqueue.admin.conftest import make_item
-from workqueue import dashboard
+from workqueue import dashboard, sql
 from workqueue.environments import create_environment
 from workqueue.models import MaintenanceRun, Poller, State, Worker, WorkItem
 
@@ -176,7 +176,7 @@ def test_the_dashboard_reads_live_rows_through_the_partial_indexes(db):
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE work_items")
         for name in ("queue_stats", "queue_settled_recent"):
-            cursor.execute("EXPLAIN " + dashboard.STATEMENTS[name], params)
+            cursor.execute("EXPLAIN " + sql.QUERIES[name], params)
             plan = "\n".join(row[0] for row in cursor.fetchall())
             assert "Seq Scan on work_items" not in plan, plan
             assert "work_items_unsettled_key_idx" in plan or "work_items_stopped_idx" in plan, plan

@@ -1,0 +1,43 @@
+-- op_parent_start, from operations/sql/queries.sql (expanded)
+WITH parent AS (
+    INSERT INTO operations AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
+                              units_total, children_total, started_at, created_at, updated_at)
+    VALUES (%(id)s, %(kind)s, %(owner)s, 'running', %(queue)s, %(priority)s, %(request)s, %(count_label)s, 1,
+            %(total)s, %(total)s, now(), now(), now())
+    ON CONFLICT (id) DO NOTHING
+    RETURNING o.id, o.kind, o.owner, o.state, o.queue, o.priority, o.request, o.units_total, o.units_done,
+        o.unit, o.message, o.count_label, o.count, o.result_uri, o.result_detail, o.error_code,
+        o.error_message, o.error_retryable, o.attempts, o.max_attempts, o.attempt_log,
+        o.cancel_requested, o.revision, o.claimed_until, o.lease_token, o.worker_id, o.created_at,
+        o.updated_at, o.started_at, o.finished_at, o.parent_id, o.position, o.follows_id, o.fanned_in,
+        o.children_total, o.children_succeeded, o.children_failed, o.children_cancelled
+),
+child AS (
+    INSERT INTO operations AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
+                              parent_id, position, created_at, updated_at)
+    SELECT c.spec ->> 'id', c.spec ->> 'kind', parent.owner, 'pending', c.spec ->> 'queue',
+           (c.spec ->> 'priority')::int, c.spec -> 'request', c.spec ->> 'count_label',
+           (c.spec ->> 'max_attempts')::int, parent.id, (c.n - 1)::int, now(), now()
+    FROM parent, jsonb_array_elements(%(children)s::jsonb) WITH ORDINALITY AS c(spec, n)
+    RETURNING o.id, o.queue, o.priority, o.max_attempts
+),
+item AS (
+    INSERT INTO work_items AS w (
+        public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
+        metadata, trace_context, wire, reclaimed, handed_out, created_at, group_key
+    )
+    SELECT work_mint_id('work_'), r.queue, r.key, r.environment_id, 'queued', r.priority, r.run_after, r.attempts,
+           r.max_attempts, r.metadata, r.trace_context, r.wire, false, false, now(), r.group_key
+    FROM (
+        SELECT child.queue, child.id AS key, NULL::text AS environment_id, child.priority, now() AS run_after,
+               0 AS attempts, child.max_attempts, jsonb_build_object() AS metadata, NULL::jsonb AS trace_context,
+               false AS wire, c.spec ->> 'group' AS group_key
+        FROM child JOIN jsonb_array_elements(%(children)s::jsonb) AS c(spec) ON c.spec ->> 'id' = child.id
+    ) AS r
+    ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active') DO NOTHING
+    RETURNING w.queue
+),
+woke AS (
+    SELECT pg_notify(%(queue_channel)s::text, q.queue) FROM (SELECT DISTINCT item.queue FROM item) AS q
+)
+SELECT parent.*, (SELECT count(*) FROM woke) AS woken FROM parent;

@@ -1,0 +1,12 @@
+-- op_reap, from operations/sql/queries.sql (expanded)
+WITH doomed AS (
+    SELECT id FROM operations
+    WHERE state IN ('succeeded', 'failed', 'cancelled')
+      AND finished_at < coalesce(%(now)s, now()) - make_interval(secs => %(retention)s)
+      AND parent_id IS NULL
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM operations
+WHERE id IN (SELECT id FROM doomed)
+   OR (parent_id IS NOT NULL AND parent_id IN (SELECT id FROM doomed));

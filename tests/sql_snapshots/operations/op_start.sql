@@ -1,0 +1,32 @@
+-- op_start, from operations/sql/queries.sql (expanded)
+WITH ins AS (
+    INSERT INTO operations AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
+                              created_at, updated_at)
+    VALUES (%(id)s, %(kind)s, %(owner)s, 'pending', %(queue)s, %(priority)s, %(request)s, %(count_label)s,
+            %(max_attempts)s, now(), now())
+    ON CONFLICT (id) DO NOTHING
+    RETURNING o.id, o.kind, o.owner, o.state, o.queue, o.priority, o.request, o.units_total, o.units_done,
+        o.unit, o.message, o.count_label, o.count, o.result_uri, o.result_detail, o.error_code,
+        o.error_message, o.error_retryable, o.attempts, o.max_attempts, o.attempt_log,
+        o.cancel_requested, o.revision, o.claimed_until, o.lease_token, o.worker_id, o.created_at,
+        o.updated_at, o.started_at, o.finished_at, o.parent_id, o.position, o.follows_id, o.fanned_in,
+        o.children_total, o.children_succeeded, o.children_failed, o.children_cancelled
+),
+item AS (
+    INSERT INTO work_items AS w (
+        public_id, queue, key, environment_id, state, priority, run_after, attempts, max_attempts,
+        metadata, trace_context, wire, reclaimed, handed_out, created_at, group_key
+    )
+    SELECT work_mint_id('work_'), r.queue, r.key, r.environment_id, 'queued', r.priority, r.run_after, r.attempts,
+           r.max_attempts, r.metadata, r.trace_context, r.wire, false, false, now(), r.group_key
+    FROM (
+        SELECT ins.queue, ins.id AS key, NULL::text AS environment_id, ins.priority,
+               coalesce(%(run_after)s::timestamptz, now() + make_interval(secs => %(delay)s)) AS run_after,
+               0 AS attempts, ins.max_attempts, jsonb_build_object() AS metadata, %(trace_context)s::jsonb AS trace_context,
+               false AS wire, %(group)s::text AS group_key
+        FROM ins
+    ) AS r
+    ON CONFLICT (queue, key) WHERE state IN ('queued', 'starting', 'active') DO NOTHING
+    RETURNING pg_notify(%(queue_channel)s::text, w.queue)
+)
+SELECT ins.* FROM ins;

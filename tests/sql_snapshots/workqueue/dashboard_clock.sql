@@ -1,0 +1,2 @@
+-- dashboard_clock, from workqueue/sql/dashboard.sql (expanded)
+SELECT statement_timestamp();

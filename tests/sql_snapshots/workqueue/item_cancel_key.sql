@@ -1,0 +1,10 @@
+-- item_cancel_key, from workqueue/sql/queries.sql (expanded)
+UPDATE work_items AS w
+SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
+    stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
+WHERE key = %(key)s AND state IN ('queued', 'starting', 'active', 'stopping')
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+RETURNING w.id, w.public_id, w.queue, w.key, w.environment_id, w.state, w.outcome, w.priority, w.run_after,
+    w.attempts, w.max_attempts, w.lease_token, w.lease_expires_at, w.reclaimed, w.metadata,
+    w.trace_context, w.created_at, w.started_at, w.last_error, w.claimed_by, w.wire, w.handed_out,
+    w.acknowledged_at, w.last_heartbeat_at, w.stop_requested_at, w.stopped_at;

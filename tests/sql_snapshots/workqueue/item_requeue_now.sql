@@ -1,0 +1,10 @@
+-- item_requeue_now, from workqueue/sql/queries.sql (expanded)
+UPDATE work_items AS w
+SET state = 'queued', run_after = now(), lease_token = NULL, lease_expires_at = NULL,
+    reclaimed = false, acknowledged_at = NULL, started_at = NULL, last_heartbeat_at = NULL,
+    public_id = CASE WHEN handed_out THEN work_mint_id('work_') ELSE public_id END
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('queued', 'starting', 'active')
+RETURNING w.id, w.public_id, w.queue, w.key, w.environment_id, w.state, w.outcome, w.priority, w.run_after,
+    w.attempts, w.max_attempts, w.lease_token, w.lease_expires_at, w.reclaimed, w.metadata,
+    w.trace_context, w.created_at, w.started_at, w.last_error, w.claimed_by, w.wire, w.handed_out,
+    w.acknowledged_at, w.last_heartbeat_at, w.stop_requested_at, w.stopped_at;
