@@ -32,7 +32,7 @@ _FRAGMENT_HEAD = re.compile(r"([a-z][a-z0-9_]*)\(([a-z0-9_, ]*)\)")
 _PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)([:}])")
 _PARAM = re.compile(r"(?<![\w$])\$([a-z_][a-z0-9_]*)\b(?!\$)")  # not a $$ or $tag$ quote
 _OPEN, _CLOSE = "([{", ")]}"
-HANGING = "    "
+_HANGING = "    "
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ def _indent_of(text: str, pos: int, *, hanging: bool = False) -> str:
     plus a hanging indent (``hanging``) when something precedes it on the line."""
     line = text[text.rfind("\n", 0, pos) + 1 : pos]
     lead = line[: len(line) - len(line.lstrip())]
-    return lead + HANGING if hanging and line.strip() else lead
+    return lead + _HANGING if hanging and line.strip() else lead
 
 
 def _indented(text: str, indent: str) -> str:
