@@ -82,3 +82,61 @@ def check_schedules(app_configs=None, **kwargs):
                 hint = f"Install the cron extra: {schedules.CRON_EXTRA}, or use an interval (every)."
             errors.append(checks.Error(str(exc), hint=hint, id="workqueue.E002"))
     return errors
+
+
+#: The oldest PostgreSQL the statements run on (the README's requirement).
+MIN_POSTGRES = (13, 0)
+
+
+def _aliases() -> list[str]:
+    """The database aliases the app's tables and statements use."""
+    return ["default"]
+
+
+@checks.register("workqueue")
+def check_database_engine(app_configs=None, **kwargs):
+    """Refuse a database that is not PostgreSQL before a migration runs into its first
+    PostgreSQL-only statement (this check needs no connection)."""
+    from django.conf import settings
+
+    errors = []
+    for alias in _aliases():
+        engine = settings.DATABASES.get(alias, {}).get("ENGINE", "")
+        if engine.rsplit(".", 1)[-1] not in ("postgresql", "postgis") and "postgres" not in engine:
+            errors.append(
+                checks.Error(
+                    f"DATABASES[{alias!r}] uses {engine or 'no ENGINE'}; PostgreSQL ≥ {MIN_POSTGRES[0]} "
+                    "required: workqueue and operations run on SKIP LOCKED, LISTEN/NOTIFY and PL/pgSQL.",
+                    hint=f"Point DATABASES[{alias!r}] at a PostgreSQL server "
+                    "(ENGINE 'django.db.backends.postgresql', with psycopg 3 installed).",
+                    id="workqueue.E003",
+                )
+            )
+    return errors
+
+
+@checks.register("workqueue", checks.Tags.database)
+def check_database_version(app_configs=None, databases=None, **kwargs):
+    """Refuse a PostgreSQL older than MIN_POSTGRES (run by ``migrate`` and ``check --database``;
+    a server that cannot be reached is not this check's to report)."""
+    from django.db import connections
+
+    errors = []
+    for alias in _aliases():
+        if not databases or alias not in databases or connections[alias].vendor != "postgresql":
+            continue
+        try:
+            version = connections[alias].pg_version  # e.g. 150019 for 15.19
+        except Exception:
+            continue
+        major, minor = version // 10000, version % 10000
+        if (major, minor) < MIN_POSTGRES:
+            errors.append(
+                checks.Error(
+                    f"DATABASES[{alias!r}] is PostgreSQL {major}.{minor}; PostgreSQL ≥ {MIN_POSTGRES[0]} "
+                    "required by workqueue and operations.",
+                    hint="Upgrade the server (every supported PostgreSQL release is 13 or newer).",
+                    id="workqueue.E004",
+                )
+            )
+    return errors
