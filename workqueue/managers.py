@@ -23,7 +23,7 @@ from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
 
 from workqueue import controls, hooks, sql, store, tracing
-from workqueue.conf import QUEUE_NAME, wq_settings
+from workqueue.conf import QUEUE_NAME, QueueSettings, wq_settings
 from workqueue.exceptions import InvalidInput, LeaseLost, UnknownEnvironment
 from workqueue.items import (  # noqa: F401  (the metadata limits live with the item; re-exported)
     METADATA_MAX_KEY_LENGTH,
@@ -344,6 +344,7 @@ class WorkItemManager(models.Manager):
         confs = [settings.queue(_check_queue(q)) for q in queues]
         if not confs or limit < 1:
             return ClaimResult()
+        confs = self._without_idle_gated(confs)
         names = [c.name for c in confs]
         leases = [float(lease if lease is not None else c.lease) for c in confs]
         # A claim lost in a server crash just returns its items to the queue; runworker claims
@@ -398,6 +399,20 @@ class WorkItemManager(models.Manager):
             hooks.items_moved(result.settled, hooks.MoveReason.ATTEMPTS_EXHAUSTED)
             result.flow = flow
         return result
+
+    def _without_idle_gated(self, confs: list[QueueSettings]) -> list[QueueSettings]:
+        """Leave out of a claim the capped and flow-controlled queues with nothing to take now.
+
+        Such a queue is claimed under its lock (queue_lock_caps), which makes every claim that
+        names it wait for every other: a plain runworker names every queue, so one idle capped
+        queue would serialise the whole fleet's claims of the others. Only when some queues are
+        not gated is it worth the look (queue_with_due_work); a claim of gated queues alone
+        takes their locks as before."""
+        gated = [c for c in confs if c.max_running is not None or controls.needs_flow([c], using=self.db)]
+        if not gated or len(gated) == len(confs):
+            return confs
+        busy = {row[0] for row in store.queue_with_due_work(queues=[c.name for c in gated], using=self.db)}
+        return [c for c in confs if c not in gated or c.name in busy]
 
     def retry_now(self, ids: Sequence[int]) -> list[int]:
         """Give failed items a new run now (attempts reset, the old error kept); return their ids."""

@@ -111,6 +111,11 @@ def queue_lock_caps(*, queues: list[str], using: str = DEFAULT_DB_ALIAS) -> list
     return _run("queue_lock_caps", {"queues": queues}, using)
 
 
+def queue_with_due_work(*, queues: list[str], using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """``queue_with_due_work``: which of these queues hold an item a claim could take now."""
+    return _run("queue_with_due_work", {"queues": queues}, using)
+
+
 def item_claim(
     *,
     queues: list[str],

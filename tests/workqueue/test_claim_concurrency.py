@@ -213,3 +213,43 @@ def test_concurrent_claimers_on_a_capped_queue_never_exceed_the_cap():
 
     assert sum(run_threads(claimer, 6)) == 3
     assert WorkItem.objects.filter(queue="test.capped").held().count() == 3
+
+
+def _claim_in_thread(queues: list[str]) -> tuple[threading.Thread, list]:
+    got: list = []
+
+    def claim() -> None:
+        try:
+            got.extend(WorkItem.objects.claim(queues, limit=10, worker_id="mixed").items)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=claim, daemon=True)
+    thread.start()
+    return thread, got
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_capped_queue_never_makes_a_claim_of_other_queues_wait_for_its_lock():
+    """Plain runworker claims every queue at once; a capped queue with nothing to do must not
+    serialise every worker's claims on its cap lock (the site drain ran at 0.66 of the
+    single-queue one). A capped queue with due work is still claimed under its lock."""
+    from tests.workqueue.conftest import side_connection
+
+    WorkItem.objects.enqueue_many([("test.noop", f"n{i}") for i in range(5)])
+    lock = "SELECT pg_advisory_xact_lock(hashtextextended('workqueue.max_running:' || 'test.capped', 0))"
+    with side_connection(autocommit=False) as other:
+        other.execute(lock)  # another worker's claim holds test.capped's cap lock
+        thread, got = _claim_in_thread(["test.noop", "test.capped"])
+        thread.join(5)
+        assert not thread.is_alive(), "the claim waited for the lock of a capped queue with no work"
+        assert sorted(i.key for i in got) == [f"n{i}" for i in range(5)]
+
+        WorkItem.objects.enqueue("test.capped", "c0")  # now it has due work: the lock is needed
+        WorkItem.objects.enqueue("test.noop", "n5")
+        thread, got = _claim_in_thread(["test.noop", "test.capped"])
+        thread.join(0.5)
+        assert thread.is_alive() and got == []  # waits for the lock, as the cap needs
+        other.rollback()
+    thread.join(10)
+    assert not thread.is_alive() and sorted(i.key for i in got) == ["c0", "n5"]

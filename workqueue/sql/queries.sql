@@ -71,6 +71,23 @@ SELECT count({cap_lock:q})
 FROM (SELECT q FROM unnest(%(queues)s::text[]) AS q ORDER BY q) AS ordered;
 
 
+-- name: queue_with_due_work
+-- Which of these queues hold an item a claim could take now: queued, due and not a wire item
+-- (work_items_claim_idx), or held under a lapsed lease (work_items_held_idx); one index probe
+-- per queue, no lock. A claim asks it of its capped and flow-controlled queues, and leaves out
+-- those with nothing to take, so that a gated queue with no work never makes a claim of the
+-- other queues wait for its lock. An item arriving after this look is taken by the next claim.
+SELECT u.name FROM unnest(%(queues)s::text[]) AS u(name)
+WHERE EXISTS (
+          SELECT 1 FROM work_items w
+          WHERE w.state = 'queued' AND NOT w.wire AND w.queue = u.name AND w.run_after <= now()
+      )
+   OR EXISTS (
+          SELECT 1 FROM work_items w
+          WHERE w.state IN {states_running} AND NOT w.wire AND w.queue = u.name AND w.lease_expires_at < now()
+      );
+
+
 -- name: item_claim
 -- The in-process lane, for queues with no max_running (runworker claims relaxed: see
 -- the relaxed fragment in fragments.sql; a capped queue is claimed by item_claim_capped).
