@@ -126,7 +126,7 @@ def check_database_version(app_configs=None, databases=None, **kwargs):
         if not databases or alias not in databases or connections[alias].vendor != "postgresql":
             continue
         try:
-            version = connections[alias].pg_version  # e.g. 150019 for 15.19
+            version = connections[alias].pg_version  # type: ignore[attr-defined]  # e.g. 150019 for 15.19
         except Exception:
             continue
         major, minor = version // 10000, version % 10000
