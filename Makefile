@@ -15,7 +15,7 @@ COV_ARGS ?= $(if $(PYTEST_ARGS),,--cov --cov-report=term-missing:skip-covered --
 VENV52  ?= .venv-django52
 STAMP52 := $(VENV52)/.installed
 
-.PHONY: run run-fresh test test-django52 test-embed test-pgbouncer lint format bench bench-peers check venv clean
+.PHONY: run run-fresh test test-django52 test-embed test-pgbouncer mutants lint format bench bench-peers check venv clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt pyproject.toml
 	@PYBIN=$$(scripts/find-python) || exit 1; \
@@ -58,6 +58,13 @@ test-embed: $(STAMP)
 ## test-pgbouncer: the worker-process, operations and wire tests through a real PgBouncer in transaction mode.
 test-pgbouncer: $(STAMP)
 	$(PY) scripts/pgbouncer_test.py $(PYTEST_ARGS)
+
+## mutants: inject each of scripts/mutants.py's small defects (SQL statements, the worker's
+## accounting) in a scratch copy with its own database, run the tests that must catch it, print
+## a table of caught / survived; fails if any survives. Minutes long: not run by CI (see the
+## README). MUTANTS_ARGS: mutant names or globs, --jobs N, --list, --check, --no-baseline.
+mutants: $(STAMP)
+	$(PY) scripts/mutants.py $(MUTANTS_ARGS)
 
 ## check: Django's system checks and the migrations-are-committed check.
 check: $(STAMP)

@@ -49,6 +49,8 @@ WORKQUEUE = {
         "test.selfsettle": {"lease": 1.5},
         "test.settled": {"lease": 1.5},
         "test.interrupt": {"max_attempts": 1},
+        # every way a run ends gives its slot back (tests/workqueue/test_worker_capacity.py)
+        "test.endings": {"lease": 2, "max_attempts": 3, "retry_delay": 3600, "retry_backoff": 1},
         # async def handlers (tests/workqueue/test_async_worker.py)
         "test.async.short": {"lease": 2},
         "test.async.holdonce": {"lease": 2, "max_attempts": 3},

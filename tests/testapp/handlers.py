@@ -299,3 +299,53 @@ async def async_orm(item, ctx):
     second = await sync_to_async(_backend_pid)()
     await Sample.objects.acreate(name=f"orm1:{item.key}", value=first)
     await Sample.objects.acreate(name=f"orm2:{item.key}", value=second)
+
+
+# -- every way a run ends (tests/workqueue/test_worker_capacity.py) ----------------------------
+#
+# - test.endings: ends its run the way metadata["end"] names: "return" (the worker's batched
+#   completion settles it), "complete" (it settles itself), "raise" (RuntimeError), "retry"
+#   (Retry, an hour's delay), "permanent" (Permanent), "requeue" (requeues itself once, noted
+#   in Sample "requeued:<key>"), "leaselost" (attempt 1 takes its own proof away, then
+#   completes: LeaseLost), "stale" (attempt 1 takes its own proof away and returns: the
+#   settler's batch finds the proof gone), "hold" (attempt 1 records Sample "started:<key>"
+#   and waits until it is cancelled, then records "cancelled:<key>" and returns), "handoff"
+#   (returns a coroutine: the rest of the run goes on the event loop). Later attempts return.
+
+
+@handlers.register("test.endings")
+def endings(item, ctx):
+    from workqueue import Permanent, Retry
+
+    end = item.metadata.get("end", "return")
+    if end == "complete":
+        with transaction.atomic():
+            ctx.complete()
+    elif end == "raise":
+        raise RuntimeError(f"test.endings {item.key}")
+    elif end == "retry":
+        raise Retry(delay=3600)
+    elif end == "permanent":
+        raise Permanent(f"test.endings {item.key}")
+    elif end == "requeue":
+        _, first = Sample.objects.get_or_create(name=f"requeued:{item.key}", defaults={"value": 1})
+        if first:
+            with transaction.atomic():
+                ctx.requeue()
+    elif end in ("leaselost", "stale") and ctx.attempt == 1:
+        WorkItem.objects.requeue_now([item.id])  # an operator's requeue: the proof is gone
+        if end == "leaselost":
+            with transaction.atomic():
+                ctx.complete()  # raises LeaseLost
+    elif end == "hold" and ctx.attempt == 1:
+        Sample.objects.create(name=f"started:{item.key}", value=ctx.attempt)
+        if ctx.cancelled.wait(60):
+            Sample.objects.create(name=f"cancelled:{item.key}", value=ctx.attempt)
+    elif end == "handoff":
+        import asyncio
+
+        async def rest():
+            await asyncio.sleep(0.05)
+
+        return rest()
+    return None

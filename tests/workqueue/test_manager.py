@@ -6,7 +6,7 @@ import datetime as dt
 import uuid
 
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models.functions import Now
 
 from tests.workqueue.conftest import load_item, row, run_threads, side_connection
@@ -197,6 +197,36 @@ def test_claimed_rows_are_skipped_by_a_claim_on_another_connection():
         theirs = run_threads(lambda _i: [i.key for i in claim("test.noop", limit=10, worker="b")], 1)[0]
     assert len(mine) == 3 and len(theirs) == 3
     assert not {i.key for i in mine} & set(theirs)
+
+
+# Each claim statement: item_claim (test.noop), item_claim_capped (test.capped: max_running 3),
+# item_claim_flow (test.grouped: a per-group cap puts it under flow control).
+@pytest.mark.parametrize("queue", ["test.noop", "test.capped", "test.grouped"])
+@pytest.mark.parametrize("walk", ["ready", "lapsed"])
+def test_a_claim_skips_a_row_another_transaction_holds_locked_and_takes_the_others_at_once(queue, walk):
+    keys = ["k0", "k1", "k2"]
+    WorkItem.objects.enqueue_many([(queue, k) for k in keys])
+    if walk == "lapsed":
+        dead = WorkItem.objects.claim([queue], limit=3, worker_id="dead").items
+        assert len(dead) == 3
+        lapse(*dead)
+    with side_connection(autocommit=False) as side:
+        # Another transaction (a worker's own claim or settle, an operator's action) has k1.
+        side.execute("SELECT id FROM work_items WHERE queue = %s AND key = 'k1' FOR UPDATE", [queue])
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                # A claim that waited for the lock would hang until the holder commits: bound
+                # the wait, generously, so such a claim fails here instead of hanging the test.
+                cur.execute("SET LOCAL lock_timeout = '5s'")
+            try:
+                got = WorkItem.objects.claim([queue], limit=10, worker_id="live").items
+            except OperationalError as exc:  # lock_timeout
+                pytest.fail(f"the claim waited for the row another transaction holds: {exc}")
+        assert sorted(i.key for i in got) == ["k0", "k2"]
+        assert all(i.reclaimed == (walk == "lapsed") for i in got)
+        side.rollback()
+    (k1,) = WorkItem.objects.claim([queue], limit=10, worker_id="live").items
+    assert k1.key == "k1"
 
 
 def test_extend_moves_the_expiry_and_keeps_the_proof():

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core import checks
 from django.core.management import CommandError, call_command
+from django.db import connections
 
 from tests.conftest import wait_until
 from tests.workqueue.conftest import side_connection
@@ -98,6 +99,75 @@ def test_three_workers_and_a_tick_loop_fire_each_slot_exactly_once(start_ready_w
     assert len(slots) >= 12
     schedule = Schedule.objects.get(name="every-second")
     assert schedule.last_slot == slots[-1] and schedule.fired == len(slots)
+
+
+def test_a_tick_while_another_firer_is_between_its_enqueue_and_its_advance_fires_nothing(monkeypatch, spawn_command):
+    # The deterministic version of the race above: the first firer (a thread here) is held
+    # after it enqueued the slot's item and before it advances last_slot. The fleet runs what
+    # it can see meanwhile (a worker settles a fired item in milliseconds), and a second firer
+    # (`schedules tick`) runs. Enqueue and advance are one transaction, so the held firer's
+    # row lock makes the tick wait, and then the slot is no longer due; were they two
+    # transactions, the tick would find the slot still due and its settled item no longer
+    # live, and run it again.
+    add("held", queue="test.noop", every=86400)
+    today = schedules.db_now().replace(hour=0, minute=0, second=0, microsecond=0)
+    Schedule.objects.filter(name="held").update(next_slot=today, last_slot=None)
+    at_advance, go = threading.Event(), threading.Event()
+    firer: list[threading.Thread] = []
+    run = schedules.sql.run
+
+    def held_before_the_advance(name, *args, **kwargs):
+        if name == "schedule_advance_many" and threading.current_thread() in firer:
+            at_advance.set()
+            assert go.wait(60), "the test never let the firer go on"
+        return run(name, *args, **kwargs)
+
+    monkeypatch.setattr(schedules.sql, "run", held_before_the_advance)
+    fired: list[list[str]] = []
+
+    def fire_now():
+        try:
+            fired.append([f.key for f in schedules.fire_due().fired])
+        finally:
+            connections.close_all()
+
+    firer.append(threading.Thread(target=fire_now, daemon=True))
+    firer[0].start()
+    try:
+        assert at_advance.wait(30), "the firer did not reach its advance"
+        testing.drain(["test.noop"])  # a worker runs whatever it can see
+        tick = spawn_command("schedules", "tick", "--json")
+        # Either the tick waits for the held firer's lock on the schedule row, or it has run.
+        wait_until(
+            lambda: tick.poll() is not None or _waiting_on("work_schedules"),
+            timeout=60,
+            message="the tick to wait for the held firer or to finish",
+        )
+    finally:
+        go.set()
+        firer[0].join(30)
+    assert not firer[0].is_alive()
+    out, err = tick.communicate(timeout=60)
+    assert tick.returncode == 0, err
+    key = schedules.slot_key("held", today)
+    assert fired == [[key]]
+    assert json.loads(out)["fired"] == 0, out
+    assert keys_of("held") == Counter({key: 1})
+    schedule = Schedule.objects.get(name="held")
+    assert (schedule.last_slot, schedule.fired) == (today, 1)
+
+
+def _waiting_on(table: str) -> bool:
+    """Whether another session waits for a lock in a statement on ``table``."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query ILIKE %s",
+            [f"%{table}%"],
+        )
+        return cur.fetchone()[0] > 0
 
 
 def _blocking_insert(conn, key: str) -> None:

@@ -197,6 +197,28 @@ def test_a_held_sweep_lock_makes_the_command_say_it_skipped(mess, run_command):
     assert WorkItem.objects.filter(key__startswith="old-").count() == 3
 
 
+def test_reap_deletes_only_stopped_items_past_retention_and_no_live_item_however_old():
+    # What makes a row reapable is its state: every row here has each of its timestamps long
+    # past the retention (stopped_at too), so nothing but the state can tell them apart.
+    env = Environment.objects.create(name="hosted", kind="self_hosted", key_hash="h" * 64, key_hint="h")
+    ancient = Now() - LONG_AGO
+    old = {"created_at": ancient, "stopped_at": ancient, "started_at": ancient}
+    token = "00000000-0000-0000-0000-000000000001"
+    put("test.noop", "queued", **old, run_after=ancient)
+    put("test.noop", "scheduled", **old, run_after=Now() + dt.timedelta(days=1))
+    put("test.noop", "held", **old, state="active", lease_token=token, lease_expires_at=Now() + dt.timedelta(minutes=5))
+    put("test.noop", "held-lapsed", **old, state="active", lease_token=token, lease_expires_at=ancient)
+    put("test.noop", "stopping", **old, state="stopping", lease_token=token, lease_expires_at=ancient)
+    put("test.wire", "starting", env, **old, state="starting", lease_token=token, lease_expires_at=ancient)
+    put("test.noop", "stopped-old", **old, state="stopped", outcome="failed")
+    put("test.noop", "stopped-recent", created_at=ancient, state="stopped", outcome="succeeded", stopped_at=Now())
+    before = {key: row(key).state for key in WorkItem.objects.values_list("key", flat=True)}
+    assert reaper.reap()["deleted"] == 1
+    after = dict(WorkItem.objects.values_list("key", "state"))
+    assert "stopped-old" not in after
+    assert after == {key: state for key, state in before.items() if key != "stopped-old"}
+
+
 def test_hard_timeout_fails_the_item_clears_the_proof_and_tells_the_holder():
     WorkItem.objects.enqueue("test.timeout", "slow")
     WorkItem.objects.enqueue("test.noop", "endless")
