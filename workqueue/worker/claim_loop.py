@@ -142,8 +142,8 @@ class ClaimLoop:
         if queue is None:
             for lane in self.lanes:
                 lane.notified()
-        elif (lane := self._lane_of.get(queue)) is not None:
-            lane.notified()
+        elif (named := self._lane_of.get(queue)) is not None:
+            named.notified()
 
     def idle_for(self) -> float:
         """How long the loop may wait before its next pass (0: go straight round). A pool whose
