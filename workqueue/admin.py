@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import django
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.exceptions import NotRegistered
 from django.contrib.admin.utils import quote, unquote
@@ -639,20 +640,64 @@ class EnvironmentAdmin(KeyCreatingAdmin):
         return TemplateResponse(request, "admin/workqueue/environment/rotate_key.html", context)
 
 
+class ApiKeyAddForm(forms.ModelForm):
+    """The new key's scope, chosen explicitly: its environments, or site-wide (never both, never
+    neither). Site-wide is decided here, once; no later change widens a key."""
+
+    site_wide = forms.BooleanField(
+        required=False,
+        label="Site-wide",
+        help_text="Valid for every environment, those created later too. Leave it off and choose environments "
+        "to limit the key to them.",
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ("name", "site_wide", "environments")
+
+    def clean(self):
+        data = super().clean()
+        assert data is not None  # ModelForm.clean returns cleaned_data
+        chosen = data.get("environments")
+        if data.get("site_wide") and chosen:
+            raise forms.ValidationError("Choose the key's environments or make it site-wide, not both.")
+        if not data.get("site_wide") and not chosen and "environments" not in self.errors:
+            raise forms.ValidationError(
+                "Choose the environments this key may act on, or tick Site-wide for a key valid everywhere."
+            )
+        return data
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(KeyCreatingAdmin):
     list_display = ("name", "key_hint_display", "status_display", "environments_display", "created_at")
-    list_filter = ("revoked",)
+    list_filter = ("revoked", "site_wide")
     search_fields = ("name",)
-    create_fields = ("name", "environments")
-    fields = ("name", "environments", "key_hint_display", "status_display", "created_at")
-    readonly_fields = ("key_hint_display", "status_display", "created_at")
+    create_fields = ("name", "site_wide", "environments")
+    fields = ("name", "environments_display", "environments", "key_hint_display", "status_display", "created_at")
+    readonly_fields = ("environments_display", "key_hint_display", "status_display", "created_at")
     filter_horizontal = ("environments",)
     actions = ("revoke",)
     key_noun = "API key"
 
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = ApiKeyAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        if obj is not None and obj.site_wide:
+            # Valid everywhere by how it was created; narrow it by making a scoped key instead.
+            return tuple(f for f in fields if f != "environments")
+        return fields
+
     def create(self, cleaned_data):
-        return create_api_key(cleaned_data["name"], environments=cleaned_data.get("environments") or ())
+        return create_api_key(
+            cleaned_data["name"],
+            environments=cleaned_data.get("environments") or (),
+            site_wide=bool(cleaned_data.get("site_wide")),
+        )
 
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("environments")
@@ -661,10 +706,12 @@ class ApiKeyAdmin(KeyCreatingAdmin):
         if change:  # on add, create() already set them
             super().save_related(request, form, formsets, change)
 
-    @admin.display(description="environments")
+    @admin.display(description="scope")
     def environments_display(self, obj):
-        names = [e.name for e in obj.environments.all()]
-        return ", ".join(names) if names else "all environments"
+        scope = obj.scope()
+        if not obj.site_wide and scope == "no environments":
+            return badge(scope, "error", "Its environments were deleted: it acts on none (401)")
+        return scope
 
     @admin.display(description="status", ordering="revoked")
     def status_display(self, obj):
