@@ -1,5 +1,8 @@
 """Admin for schedules: the list, an operator's own schedules, pause/resume/run-now.
 
+Pause, resume and run-now take the change permission (run-now starts work on demand): a
+staff user who may only view schedules is neither offered them nor able to post them.
+
 Settings-defined schedules (``WORKQUEUE["SCHEDULES"]``) are read-only here except for the
 actions; an operator's schedules are created, edited and deleted like any row, through the
 same validation the settings and the command use (``workqueue.schedules.validate``).
@@ -204,17 +207,17 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     # -- actions --------------------------------------------------------------------------
 
-    @admin.action(description="Pause (stop firing)")
+    @admin.action(description="Pause (stop firing)", permissions=["change"])
     def pause(self, request, queryset):
         changed = schedules.pause(queryset.values_list("name", flat=True))
         self.message_user(request, f"Paused {changed} schedule(s).", messages.SUCCESS)
 
-    @admin.action(description="Resume (fire again from the next slot)")
+    @admin.action(description="Resume (fire again from the next slot)", permissions=["change"])
     def resume(self, request, queryset):
         changed = schedules.resume(queryset.filter(removed_at__isnull=True).values_list("name", flat=True))
         self.message_user(request, f"Resumed {changed} schedule(s).", messages.SUCCESS)
 
-    @admin.action(description="Run now (one extra run, no slot used)")
+    @admin.action(description="Run now (one extra run, no slot used)", permissions=["change"])
     def run_now(self, request, queryset):
         keys = []
         for name in queryset.values_list("name", flat=True):
