@@ -15,7 +15,7 @@ from django.utils.html import format_html, format_html_join
 from operations import batches, service
 from operations.http import api_error, render, watch_response
 from operations.models import PARENT_KINDS, Operation, State
-from workqueue.admin import FastListMixin
+from workqueue.admin import FastListMixin, GuardedModelAdmin, checks_its_own_ids
 
 STATE_COLORS: dict[str, str] = {
     State.PENDING: "#6b7280",
@@ -101,7 +101,7 @@ class OwnerFilter(admin.SimpleListFilter):
 
 
 @admin.register(Operation)
-class OperationAdmin(FastListMixin, admin.ModelAdmin):
+class OperationAdmin(FastListMixin, GuardedModelAdmin):
     list_display = [
         "id",
         "state_badge",
@@ -302,8 +302,9 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
             *super().get_urls(),
         ]
 
+    @checks_its_own_ids
     def watch_view(self, request, object_id):
-        """The live panel's event stream; refusals in the API's JSON error envelope."""
+        """The live panel's event stream; refusals (a bad id too) in the API's JSON error envelope."""
         if not self.has_view_permission(request):
             raise Http404
         try:

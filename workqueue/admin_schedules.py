@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from workqueue import schedules
+from workqueue.admin import GuardedModelAdmin
 from workqueue.exceptions import InvalidSchedule
 from workqueue.models import Schedule, WorkItem
 from workqueue.templatetags.workqueue_admin import DASH, badge, duration, seconds_between
@@ -84,7 +85,7 @@ _FIELD_WORDS = {
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(GuardedModelAdmin):
     form = ScheduleForm
     list_display = (
         "name",
