@@ -15,7 +15,9 @@ from django.utils.html import format_html, format_html_join
 from operations import batches, service
 from operations.http import api_error, render, watch_response
 from operations.models import PARENT_KINDS, Operation, State
+from workqueue import values
 from workqueue.admin import FastListMixin, GuardedModelAdmin, checks_its_own_ids
+from workqueue.exceptions import InvalidInput
 
 STATE_COLORS: dict[str, str] = {
     State.PENDING: "#6b7280",
@@ -316,9 +318,9 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
     def _children_page(self, request, parent: Operation) -> dict:
         """One keyset page of a parent's children (one index scan, whatever their number)."""
         try:
-            after = int(request.GET.get("after", ""))
-        except ValueError:
-            after = None
+            after = values.count(request.GET.get("after"), what="after", minimum=0)
+        except InvalidInput:
+            after = None  # the first page
         page, next_after = batches.children(parent.id, after=after, limit=self.children_per_page)
         rows = [
             {

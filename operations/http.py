@@ -37,6 +37,7 @@ from operations.exceptions import InvalidRequest, OperationNotFound, TooManyWatc
 from operations.models import Operation
 from operations.registry import KIND
 from operations.runner import CODE_ATTEMPTS_EXHAUSTED, CODE_INTERNAL, INTERNAL_PREFIX
+from workqueue import values
 from workqueue.wire import errors
 
 log = logging.getLogger("operations.http")
@@ -190,12 +191,11 @@ def _text(value: str | None, name: str, max_length: int = 200) -> str | None:
 
 
 def _int(value: str | None, name: str, default: int) -> int:
+    """A query parameter read as a count (``workqueue.values``: ASCII digits only); the
+    service checks its range."""
     if value in (None, ""):
         return default
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidRequest(f"{name} must be an integer")
+    return values.count(value, what=name, minimum=values.MIN_INT32, describe="an integer", error=InvalidRequest)
 
 
 @endpoint("GET")

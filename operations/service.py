@@ -22,7 +22,7 @@ from operations.ids import check_id, new_id
 from operations.models import TERMINAL_STATES, Operation, State
 from operations.registry import registry
 from workqueue.conf import wq_settings
-from workqueue.managers import _aware, _current_trace, _seconds
+from workqueue.managers import _aware, _current_trace
 from workqueue.models import WorkItem
 
 MAX_PAGE_SIZE = 1000
@@ -62,11 +62,7 @@ def start(
     op_id = check_id(id) if id is not None else new_id()
     owner = arguments.owner(owner)
     priority = arguments.priority(priority)
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-    ):
-        raise InvalidRequest(f"max_attempts must be an integer >= 1, not {max_attempts!r} (never unlimited)")
-    max_attempts = max_attempts or definition.max_attempts or conf.max_attempts
+    max_attempts = arguments.max_attempts(max_attempts) or definition.max_attempts or conf.max_attempts
     group = arguments.group(group)
     op = store.start(
         id=op_id,
@@ -77,7 +73,7 @@ def start(
         request=payload,
         count_label=definition.count_label,
         max_attempts=max_attempts,
-        delay=_seconds(delay, "delay"),
+        delay=arguments.delay(delay),
         run_after=_aware(run_after),
         queue_channel=wq_settings().notify_channel,
         trace_context=_current_trace(),

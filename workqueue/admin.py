@@ -31,7 +31,7 @@ from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from workqueue import controls, dashboard, handlers
+from workqueue import controls, dashboard, handlers, values
 from workqueue.conf import format_rate, wq_settings
 from workqueue.environments import create_api_key, create_environment, rotate_environment_key
 from workqueue.exceptions import InvalidInput
@@ -126,8 +126,8 @@ def _guard(view):
     @functools.wraps(view)
     def guarded(request, *args, **kwargs):
         for params in (request.GET, request.POST) if request.method == "POST" else (request.GET,):
-            for name, values in params.lists():
-                if "\x00" in name or _has_nul(values):
+            for name, given in params.lists():
+                if "\x00" in name or _has_nul(given):
                     raise BadRequest("a query or form parameter holds a NUL byte")
         if not getattr(view, "checks_its_own_ids", False) and (_has_nul(args) or _has_nul(kwargs.values())):
             raise Http404("no object has an id with a NUL byte")
@@ -421,8 +421,8 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         try:
-            refresh = int(request.GET.get("refresh", "0"))
-        except ValueError:
+            refresh = values.count(request.GET.get("refresh", "0"), what="refresh", minimum=0)
+        except InvalidInput:
             refresh = 0
         context = {
             **self.admin_site.each_context(request),

@@ -17,15 +17,26 @@ from django.db.models.functions import Now
 from django.urls import reverse
 from django.utils.html import format_html
 
-from workqueue import schedules
+from workqueue import schedules, values
 from workqueue.admin import GuardedModelAdmin
-from workqueue.exceptions import InvalidSchedule
+from workqueue.exceptions import InvalidInput, InvalidSchedule
 from workqueue.models import Schedule, WorkItem
 from workqueue.templatetags.workqueue_admin import DASH, badge, duration, seconds_between
 
 
 class ScheduleForm(forms.ModelForm):
-    """Refuses a bad cron expression, time zone, queue, kind or task with the reason."""
+    """Refuses a bad cron expression, time zone, queue, kind or task with the reason.
+
+    The interval and the priority are text read by ``workqueue.values`` (as the command and the
+    settings read them), not Django's number fields, whose ``float()`` and ``int()`` take
+    ``1e20``, ``nan`` and digits other than ASCII ones.
+    """
+
+    every = forms.CharField(
+        required=False,
+        help_text="Interval instead of cron: seconds, or 10s, 5m, 2h, 1d (0.1 s to 366 days).",
+    )
+    priority = forms.CharField(initial="0", help_text="A 32-bit integer; higher runs first.")
 
     class Meta:
         model = Schedule
@@ -61,6 +72,7 @@ class ScheduleForm(forms.ModelForm):
             return data
         fields = {k: data.get(k) for k in self.Meta.fields if k != "enabled"}
         fields["cron"] = fields.get("cron") or ""
+        fields["every"] = (fields.get("every") or "").strip() or None
         try:
             clean = schedules.validate(fields)
         except InvalidSchedule as exc:
@@ -72,6 +84,18 @@ class ScheduleForm(forms.ModelForm):
             raise forms.ValidationError({field: message} if field else message)
         data.update({k: clean[k] for k in schedules.DEFINITION_FIELDS})
         return data
+
+    def clean_priority(self):
+        try:
+            return values.priority(self.cleaned_data.get("priority") or "0", text=True)
+        except InvalidInput as exc:
+            raise forms.ValidationError(str(exc))
+
+    def clean_every(self):
+        every = self.cleaned_data.get("every")
+        if isinstance(every, float):  # an instance's own value, shown as it is stored
+            return every
+        return (every or "").strip() or None
 
 
 _FIELD_WORDS = {
