@@ -55,8 +55,7 @@ def start(
     ``group`` (e.g. a tenant id) is stored on the work item, for the queue's
     ``max_running_per_group`` and ``rate_per_group`` (see the README's "Flow control").
     """
-    definition = registry.get(kind)
-    payload = definition.encode(request)
+    definition, payload = check_request(kind, request)
     conf = ops_settings()
     queue = arguments.queue(queue)
     op_id = check_id(id) if id is not None else new_id()
@@ -93,6 +92,15 @@ def start(
         raise DuplicateOperation(f"operation {op_id!r} already exists", operation=existing)
     existing.created = False
     return existing
+
+
+def check_request(kind: str, request=None):
+    """The checks ``start`` makes on what it is asked to run, and nothing else: the kind is
+    registered and the request fits its type (a mapping of a dataclass's fields is built and
+    type-checked), is JSON and within the size limit. Returns (definition, stored form);
+    raises ``UnknownKind`` / ``InvalidRequest``. Schedules call it when they are saved."""
+    definition = registry.get(kind)
+    return definition, definition.encode(request)
 
 
 def get(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIAS) -> Operation:

@@ -99,6 +99,7 @@ class ScheduleForm(forms.ModelForm):
 
 
 _FIELD_WORDS = {
+    "request": ("the request for kind", "request does not fit", "the encoded request"),
     "cron": ("cron expression",),
     "timezone": ("time zone",),
     "queue": ("queue",),
