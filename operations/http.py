@@ -28,7 +28,9 @@ from django.core.exceptions import SuspiciousOperation
 from django.core.handlers.asgi import ASGIRequest
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.module_loading import import_string
+from django.views.decorators.csrf import csrf_exempt
 
 from operations import batches, service
 from operations import watcher as watcher_mod
@@ -154,15 +156,45 @@ def api_error(exc: BaseException, what: str) -> errors.ApiError:
     return errors.ApiError()
 
 
+class _CsrfCheck(CsrfViewMiddleware):
+    """Django's own CSRF check, answering a refusal in the API's JSON envelope (Django's answer
+    is the site's HTML 403 page, which an API client cannot read)."""
+
+    def _reject(self, request, reason):
+        return errors.Forbidden(
+            f"CSRF check failed ({reason}): a session-authenticated POST must carry the csrftoken cookie's "
+            "value in an X-CSRFToken header, as the site's own pages send it"
+        ).response()
+
+
+def _checked_view(request) -> HttpResponse:  # what process_view is asked about: not exempt
+    return HttpResponse()
+
+
+def csrf_refusal(request) -> HttpResponse | None:
+    """Run Django's CSRF check on ``request`` (an unsafe method); the JSON 403 if it fails."""
+    check = _CsrfCheck(lambda request: HttpResponse())
+    if "CSRF_COOKIE" not in request.META:  # CsrfViewMiddleware is not installed: read the cookie here
+        check.process_request(request)
+    return check.process_view(request, _checked_view, (), {})
+
+
 def endpoint(*methods: str):
-    """Wrap an owner-scoped view: method check (a JSON 405), owner (401), errors in the envelope."""
+    """Wrap an owner-scoped view: method check (a JSON 405), Django's CSRF check on a POST (a
+    JSON 403; the view is exempt from the middleware's HTML one), owner (401), errors in the
+    envelope."""
 
     def decorate(view):
+        @csrf_exempt
         @functools.wraps(view)
         def wrapper(request, *args, **kwargs):
             try:
                 if request.method not in methods:
                     raise errors.MethodNotAllowed(request.method, list(methods))
+                if request.method not in ("GET", "HEAD", "OPTIONS", "TRACE"):
+                    refused = csrf_refusal(request)
+                    if refused is not None:
+                        return refused
                 owner = _owner(request)
                 if owner is None:
                     raise errors.Unauthenticated("log in to see your operations")
@@ -215,6 +247,7 @@ def list_operations(request, owner):
     return JsonResponse({"operations": [render(op) for op in page], "nextPageToken": token})
 
 
+@csrf_exempt  # cancel_operation runs the CSRF check, answering in JSON
 def operation(request, op_id: str):
     """GET …/operations/{id}; POST …/operations/{id}:cancel."""
     if op_id.endswith(":cancel"):

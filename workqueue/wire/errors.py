@@ -77,6 +77,14 @@ class Unauthenticated(ApiError):
     default_message = "missing or invalid key"
 
 
+class Forbidden(ApiError):
+    """The request was refused before it was read (a failed CSRF check on a session-authenticated POST)."""
+
+    status = 403
+    error_type = "permission_error"
+    default_message = "forbidden"
+
+
 class NotFound(ApiError):
     """Nothing by that id is visible to this credential."""
 
