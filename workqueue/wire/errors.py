@@ -130,6 +130,17 @@ class PreconditionFailed(ApiError):
     default_message = "heartbeat precondition failed"
 
 
+class LengthRequired(ApiError):
+    """A body this server cannot read (chunked, behind a WSGI server that does not de-chunk it)."""
+
+    status = 411
+    error_type = "invalid_request_error"
+    default_message = (
+        "this server cannot read a chunked request body: send the body with a Content-Length header "
+        "(the official SDK does); nothing was changed"
+    )
+
+
 class RequestTooLarge(ApiError):
     status = 413
     error_type = "request_too_large"
