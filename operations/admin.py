@@ -15,7 +15,9 @@ from django.utils.html import format_html, format_html_join
 from operations import batches, service
 from operations.http import api_error, render, watch_response
 from operations.models import PARENT_KINDS, Operation, State
-from workqueue.admin import FastListMixin
+from workqueue import values
+from workqueue.admin import FastListMixin, GuardedModelAdmin, checks_its_own_ids
+from workqueue.exceptions import InvalidInput
 
 STATE_COLORS: dict[str, str] = {
     State.PENDING: "#6b7280",
@@ -101,7 +103,7 @@ class OwnerFilter(admin.SimpleListFilter):
 
 
 @admin.register(Operation)
-class OperationAdmin(FastListMixin, admin.ModelAdmin):
+class OperationAdmin(FastListMixin, GuardedModelAdmin):
     list_display = [
         "id",
         "state_badge",
@@ -302,22 +304,23 @@ class OperationAdmin(FastListMixin, admin.ModelAdmin):
             *super().get_urls(),
         ]
 
+    @checks_its_own_ids
     def watch_view(self, request, object_id):
-        """The live panel's event stream; refusals in the API's JSON error envelope."""
+        """The live panel's event stream; refusals (a bad id too) in the API's JSON error envelope."""
         if not self.has_view_permission(request):
             raise Http404
         try:
             op_id = service.check_id(object_id)
-            return watch_response(request, op_id, owner=None, owner_key=f"admin:{request.user.pk}", detail=True)
+            return watch_response(request, op_id, owner=None, detail=True)  # counted against the user
         except Exception as exc:
             return api_error(exc, "admin watch").response()
 
     def _children_page(self, request, parent: Operation) -> dict:
         """One keyset page of a parent's children (one index scan, whatever their number)."""
         try:
-            after = int(request.GET.get("after", ""))
-        except ValueError:
-            after = None
+            after = values.count(request.GET.get("after"), what="after", minimum=0)
+        except InvalidInput:
+            after = None  # the first page
         page, next_after = batches.children(parent.id, after=after, limit=self.children_per_page)
         rows = [
             {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from operations.conf import ops_settings
 from operations.exceptions import InvalidRequest
+from workqueue import values
 from workqueue.conf import QUEUE_NAME
 from workqueue.exceptions import InvalidInput
 from workqueue.managers import check_group
@@ -27,9 +28,27 @@ def queue(name: object) -> str:
 
 
 def priority(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**31:
-        raise InvalidRequest(f"priority must be a 32-bit integer, not {value!r}")
-    return value
+    """A 32-bit integer, as the queue checks it (``workqueue.values.priority``)."""
+    return values.priority(value, error=InvalidRequest)
+
+
+def delay(value: object) -> float:
+    """Seconds before the first run (None: none): 0 to ten years, a number or a timedelta."""
+    if value is None:
+        return 0.0
+    return values.seconds(value, what="delay", allow_zero=True, text=False, error=InvalidRequest)
+
+
+def max_attempts(value: object) -> int | None:
+    """The operation's own attempt ceiling (None: the kind's or the setting); never unlimited."""
+    return values.count(
+        value,
+        what="max_attempts",
+        allow_none=True,
+        text=False,
+        describe="an integer >= 1 (never unlimited)",
+        error=InvalidRequest,
+    )
 
 
 def owner(value: object) -> str:

@@ -38,6 +38,17 @@ def check_settings(app_configs=None, **kwargs):
                 id="operations.E002",
             )
         )
+    if conf.watch_max_per_owner > conf.watch_max_threads:
+        errors.append(
+            checks.Warning(
+                f"OPERATIONS['WATCH_MAX_PER_OWNER'] ({conf.watch_max_per_owner}) is more than "
+                f"OPERATIONS['WATCH_MAX_THREADS'] ({conf.watch_max_threads}): under WSGI one user can hold every "
+                "watch stream the process allows.",
+                hint="Keep WATCH_MAX_PER_OWNER at or below WATCH_MAX_THREADS, and WATCH_MAX_THREADS well below "
+                "your server's threads (gunicorn --threads).",
+                id="operations.W002",
+            )
+        )
     from workqueue.conf import wq_settings
     from workqueue.exceptions import WorkqueueSettingsError
 

@@ -46,7 +46,15 @@ DEFAULTS: dict[str, object] = {
     "WATCHER_MIN_READ_INTERVAL": 0.25,  # and never more often than this, however many wakes arrive
     "WATCHER_MAX_SUBSCRIPTIONS": 1024,  # watches one process follows at once (TooManyWatchers past it)
     "SSE_KEEPALIVE": 15.0,  # seconds between ':' comments on an idle watch stream
-    "WATCH_MAX_PER_OWNER": 4,  # watch streams one owner may hold open in one process (429 past it)
+    # under WSGI, an idle stream writes a ':' comment this often instead: a WSGI app learns that a
+    # client hung up only when a write fails, so this is how soon a closed stream frees its thread
+    "SSE_WSGI_KEEPALIVE": 1.0,
+    # watch streams one user (their API and admin streams together) or one owner may hold open
+    # in one process (429 past it)
+    "WATCH_MAX_PER_OWNER": 4,
+    # watch streams one WSGI process holds open at once, across every user: each holds a server
+    # thread, so keep it well below the server's threads (503 past it; ASGI streams hold none)
+    "WATCH_MAX_THREADS": 8,
     "WATCH_MAX_DURATION": 300.0,  # a watch stream ends after this long; the client reconnects
     "OWNER_RESOLVER": "operations.http.default_owner",  # dotted path: request -> owner string or None
 }
@@ -59,10 +67,18 @@ _DURATIONS = {
     "WATCHER_POLL",
     "WATCHER_MIN_READ_INTERVAL",
     "SSE_KEEPALIVE",
+    "SSE_WSGI_KEEPALIVE",
     "WATCH_MAX_DURATION",
 }
 _ZERO_OK = {"RETRY_DELAY"}
-_COUNTS = {"REAP_BATCH", "RECOVER_BATCH", "MAX_ATTEMPTS", "WATCHER_MAX_SUBSCRIPTIONS", "WATCH_MAX_PER_OWNER"}
+_COUNTS = {
+    "REAP_BATCH",
+    "RECOVER_BATCH",
+    "MAX_ATTEMPTS",
+    "WATCHER_MAX_SUBSCRIPTIONS",
+    "WATCH_MAX_PER_OWNER",
+    "WATCH_MAX_THREADS",
+}
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -77,6 +93,7 @@ class OperationsSettings:
     watcher_poll: float
     watcher_min_read_interval: float
     sse_keepalive: float
+    sse_wsgi_keepalive: float
     watch_max_duration: float
     retry_delay: float
     reap_batch: int
@@ -84,6 +101,7 @@ class OperationsSettings:
     max_attempts: int
     watcher_max_subscriptions: int
     watch_max_per_owner: int
+    watch_max_threads: int
 
     def __init__(self, raw: object):
         raw = {} if raw is None else raw

@@ -8,8 +8,9 @@ envelope as the wire API: ``{"type": "error", "error": {"type": ..., "message": 
 Serve the watch stream from threaded (gunicorn ``gthread``) or ASGI workers. Under WSGI each
 open stream holds a thread while it waits on the process's one watcher; under ASGI it waits
 on the event loop and holds neither a thread nor a database connection. Streams are capped
-per owner (``WATCH_MAX_PER_OWNER``, 429 past it) and end after ``WATCH_MAX_DURATION`` (the
-first event's ``retry:`` makes EventSource reconnect).
+per user and per owner (``WATCH_MAX_PER_OWNER``, a user's admin and API streams together; 429
+past it) and, under WSGI, per process (``WATCH_MAX_THREADS``, 503 past it), and end after
+``WATCH_MAX_DURATION`` (the first event's ``retry:`` makes EventSource reconnect).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from django.core.exceptions import SuspiciousOperation
 from django.core.handlers.asgi import ASGIRequest
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.module_loading import import_string
+from django.views.decorators.csrf import csrf_exempt
 
 from operations import batches, service
 from operations import watcher as watcher_mod
@@ -37,6 +40,7 @@ from operations.exceptions import InvalidRequest, OperationNotFound, TooManyWatc
 from operations.models import Operation
 from operations.registry import KIND
 from operations.runner import CODE_ATTEMPTS_EXHAUSTED, CODE_INTERNAL, INTERNAL_PREFIX
+from workqueue import values
 from workqueue.wire import errors
 
 log = logging.getLogger("operations.http")
@@ -153,15 +157,45 @@ def api_error(exc: BaseException, what: str) -> errors.ApiError:
     return errors.ApiError()
 
 
+class _CsrfCheck(CsrfViewMiddleware):
+    """Django's own CSRF check, answering a refusal in the API's JSON envelope (Django's answer
+    is the site's HTML 403 page, which an API client cannot read)."""
+
+    def _reject(self, request, reason):
+        return errors.Forbidden(
+            f"CSRF check failed ({reason}): a session-authenticated POST must carry the csrftoken cookie's "
+            "value in an X-CSRFToken header, as the site's own pages send it"
+        ).response()
+
+
+def _checked_view(request) -> HttpResponse:  # what process_view is asked about: not exempt
+    return HttpResponse()
+
+
+def csrf_refusal(request) -> HttpResponse | None:
+    """Run Django's CSRF check on ``request`` (an unsafe method); the JSON 403 if it fails."""
+    check = _CsrfCheck(lambda request: HttpResponse())
+    if "CSRF_COOKIE" not in request.META:  # CsrfViewMiddleware is not installed: read the cookie here
+        check.process_request(request)
+    return check.process_view(request, _checked_view, (), {})
+
+
 def endpoint(*methods: str):
-    """Wrap an owner-scoped view: method check (a JSON 405), owner (401), errors in the envelope."""
+    """Wrap an owner-scoped view: method check (a JSON 405), Django's CSRF check on a POST (a
+    JSON 403; the view is exempt from the middleware's HTML one), owner (401), errors in the
+    envelope."""
 
     def decorate(view):
+        @csrf_exempt
         @functools.wraps(view)
         def wrapper(request, *args, **kwargs):
             try:
                 if request.method not in methods:
                     raise errors.MethodNotAllowed(request.method, list(methods))
+                if request.method not in ("GET", "HEAD", "OPTIONS", "TRACE"):
+                    refused = csrf_refusal(request)
+                    if refused is not None:
+                        return refused
                 owner = _owner(request)
                 if owner is None:
                     raise errors.Unauthenticated("log in to see your operations")
@@ -190,12 +224,11 @@ def _text(value: str | None, name: str, max_length: int = 200) -> str | None:
 
 
 def _int(value: str | None, name: str, default: int) -> int:
+    """A query parameter read as a count (``workqueue.values``: ASCII digits only); the
+    service checks its range."""
     if value in (None, ""):
         return default
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidRequest(f"{name} must be an integer")
+    return values.count(value, what=name, minimum=values.MIN_INT32, describe="an integer", error=InvalidRequest)
 
 
 @endpoint("GET")
@@ -215,6 +248,7 @@ def list_operations(request, owner):
     return JsonResponse({"operations": [render(op) for op in page], "nextPageToken": token})
 
 
+@csrf_exempt  # cancel_operation runs the CSRF check, answering in JSON
 def operation(request, op_id: str):
     """GET …/operations/{id}; POST …/operations/{id}:cancel."""
     if op_id.endswith(":cancel"):
@@ -253,50 +287,86 @@ def sse_event(op, *, detail: bool = False) -> str:
     return f"event: operation\nid: {op.revision}\ndata: {data}\n\n"
 
 
-class OwnerStreams:
-    """The watch streams each owner holds open in this process, capped by WATCH_MAX_PER_OWNER."""
+class StreamSlots:
+    """The watch streams open in this process: per key (a user, an owner) capped by
+    ``WATCH_MAX_PER_OWNER`` (429), and those that hold a server thread (WSGI) capped by
+    ``WATCH_MAX_THREADS`` across every key (503), so watchers can never take every thread."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._open: collections.Counter[str] = collections.Counter()
+        self._threads = 0
 
-    def acquire(self, owner: str) -> None:
-        """Take one of ``owner``'s stream slots, or raise a 429."""
-        limit = ops_settings().watch_max_per_owner
+    def acquire(self, keys: tuple[str, ...], *, holds_thread: bool) -> None:
+        """Take a slot under every one of ``keys`` (and a thread slot), or raise a 429 / 503."""
+        conf = ops_settings()
         with self._lock:
-            if self._open[owner] >= limit:
+            if any(self._open[key] >= conf.watch_max_per_owner for key in keys):
                 raise errors.TooManyRequests(
-                    f"you already have {limit} watch streams open (OPERATIONS['WATCH_MAX_PER_OWNER']); "
+                    f"you already have {conf.watch_max_per_owner} watch streams open (OPERATIONS"
+                    "['WATCH_MAX_PER_OWNER'], counting the admin's live panels and the API's streams together); "
                     "close one or retry later",
                     retry_after=RETRY_AFTER,
                 )
-            self._open[owner] += 1
+            if holds_thread and self._threads >= conf.watch_max_threads:
+                raise errors.Overloaded(
+                    f"this server process already serves {conf.watch_max_threads} watch streams "
+                    "(OPERATIONS['WATCH_MAX_THREADS']; each holds a thread under WSGI); retry shortly "
+                    "(an ASGI server holds no thread per stream)",
+                    retry_after=RETRY_AFTER,
+                )
+            for key in keys:
+                self._open[key] += 1
+            if holds_thread:
+                self._threads += 1
 
-    def release(self, owner: str) -> None:
+    def release(self, keys: tuple[str, ...], *, holds_thread: bool) -> None:
         with self._lock:
-            self._open[owner] -= 1
-            if self._open[owner] <= 0:
-                del self._open[owner]
+            for key in keys:
+                self._open[key] -= 1
+                if self._open[key] <= 0:
+                    del self._open[key]
+            if holds_thread:
+                self._threads -= 1
 
-    def open(self, owner: str) -> int:
-        """How many streams ``owner`` holds open now."""
+    def open(self, key: str) -> int:
+        """How many streams ``key`` holds open now."""
         with self._lock:
-            return self._open[owner]
+            return self._open[key]
+
+    def threads(self) -> int:
+        """How many open streams hold a thread now."""
+        with self._lock:
+            return self._threads
 
 
-owner_streams = OwnerStreams()
+stream_slots = StreamSlots()
+
+
+def stream_keys(request, owner: str | None) -> tuple[str, ...]:
+    """Whom a new stream counts against: the logged-in user (their admin and API streams
+    together) and, for the API, the owner the resolver named (which may be shared by users)."""
+    keys = []
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        keys.append(f"user:{user.pk}")
+    if owner is not None:
+        keys.append(f"owner:{owner}")
+    return tuple(keys)
 
 
 class _Stream:
     """One watch stream: SSE text for a subscription until its terminal snapshot, the row is
     gone, or ``WATCH_MAX_DURATION`` passes (then it just ends and EventSource reconnects after
     the ``retry:`` it was sent). ``close()`` (Django calls it when the response is closed, also
-    when it was never iterated) ends the subscription and gives the owner's slot back."""
+    when it was never iterated) ends the subscription and gives its slots back."""
 
-    def __init__(self, sub, owner_key: str, *, detail: bool):
+    holds_thread = False
+
+    def __init__(self, sub, keys: tuple[str, ...], *, detail: bool):
         conf = ops_settings()
         self.sub = sub
-        self.owner_key = owner_key
+        self.keys = keys
         self.detail = detail
         self.keepalive = conf.sse_keepalive
         self.max_duration = conf.watch_max_duration
@@ -313,12 +383,12 @@ class _Stream:
         return text
 
     def _release(self) -> None:
-        """Give the owner's slot back (memory only: safe on an event loop)."""
+        """Give the stream's slots back (memory only: safe on an event loop)."""
         with self._lock:
             if self._released:
                 return
             self._released = True
-        owner_streams.release(self.owner_key)
+        stream_slots.release(self.keys, holds_thread=self.holds_thread)
 
     def close(self) -> None:
         """End the subscription (its follow row too) and give the slot back (idempotent)."""
@@ -332,7 +402,19 @@ class _Stream:
 
 
 class SyncStream(_Stream):
-    """The stream for WSGI servers: one thread per open stream, bounded by the per-owner cap."""
+    """The stream for WSGI servers: one thread per open stream, bounded by ``WATCH_MAX_THREADS``.
+
+    A WSGI application hears that its client hung up only when a write fails (the server then
+    closes the response, which closes this stream), so while idle it writes a ``:`` comment
+    every ``SSE_WSGI_KEEPALIVE`` (1 s) rather than every ``SSE_KEEPALIVE``: a hung-up stream
+    gives its thread back within about two of those (the first write after a hang-up is
+    taken by the kernel; the peer's reset makes the next one fail)."""
+
+    holds_thread = True
+
+    def __init__(self, sub, keys: tuple[str, ...], *, detail: bool):
+        super().__init__(sub, keys, detail=detail)
+        self.keepalive = min(self.keepalive, ops_settings().sse_wsgi_keepalive)
 
     def __iter__(self):
         return self._run()
@@ -384,27 +466,30 @@ class AsyncStream(_Stream):
 @endpoint("GET")
 def watch_operation(request, owner, op_id: str):
     """GET …/operations/{id}/watch: Server-Sent Events, one per snapshot, ending after the terminal one."""
-    return watch_response(request, op_id, owner=owner, owner_key=owner)
+    return watch_response(request, op_id, owner=owner)
 
 
 def watch_response(
-    request, op_id: str, *, owner: str | None, owner_key: str, detail: bool = False
+    request, op_id: str, *, owner: str | None, detail: bool = False
 ) -> HttpResponse | StreamingHttpResponse:
-    """Open a watch stream on ``op_id`` for ``owner_key`` (raises a 429 past its cap)."""
-    owner_streams.acquire(owner_key)
+    """Open a watch stream on ``op_id`` (scoped to ``owner`` unless None, as for the admin);
+    a 429 past the user's or owner's cap, a 503 past the process's thread cap (WSGI)."""
+    keys = stream_keys(request, owner)
+    holds_thread = not isinstance(request, ASGIRequest)
+    stream_slots.acquire(keys, holds_thread=holds_thread)
     try:
         sub = watcher_mod.shared().watch(op_id, owner=owner)
     except BaseException:
-        owner_streams.release(owner_key)
+        stream_slots.release(keys, holds_thread=holds_thread)
         raise
-    if not isinstance(request, ASGIRequest):
-        return sse_response(SyncStream(sub, owner_key, detail=detail))
+    if holds_thread:
+        return sse_response(SyncStream(sub, keys, detail=detail))
     # The stream itself reads nothing (the process's watcher does): let go of this request's
     # connections now rather than when the stream ends, minutes or a hang-up later.
     for conn in connections.all(initialized_only=True):
         if not conn.in_atomic_block:
             conn.close()
-    return sse_response(AsyncStream(sub, owner_key, detail=detail))
+    return sse_response(AsyncStream(sub, keys, detail=detail))
 
 
 def sse_response(content) -> StreamingHttpResponse:

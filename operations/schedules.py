@@ -7,63 +7,48 @@ be retried safely.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import cast
 
 from django.db import DEFAULT_DB_ALIAS
-from django.utils.module_loading import import_string
 
 from operations.exceptions import OperationsError
-
-
-def _request(kind: str, raw):
-    from operations.registry import registry
-
-    definition = registry.get(kind)
-    rtype = definition.request_type
-    if rtype is not None and isinstance(raw, dict) and dataclasses.is_dataclass(rtype):
-        return rtype(**raw)
-    return raw
 
 
 def fire_operation(schedule: dict, key: str, *, using: str = DEFAULT_DB_ALIAS) -> tuple[str, str]:
     """Start the schedule's operation under the id ``key``; return (queue, key) of its work item."""
     from operations.service import start
 
-    op = start(schedule["kind"], _request(schedule["kind"], schedule.get("request")), id=key, using=using)
+    op = start(schedule["kind"], schedule.get("request"), id=key, using=using)
     return op.queue, op.id
 
 
 def check_operation(schedule: dict) -> list[str]:
-    from operations.registry import registry
+    """What ``operations.start`` would refuse in this schedule's kind and request (its own check,
+    ``service.check_request``), so a bad request is refused when the schedule is saved rather
+    than failing at every run."""
+    from operations.service import check_request
 
     kind = cast(str, schedule.get("kind"))  # anything else is an unknown kind, said as such
     try:
-        registry.get(kind).encode(_request(kind, schedule.get("request")))
+        check_request(kind, schedule.get("request"))
     except OperationsError as exc:
         return [str(exc)]
-    except TypeError as exc:
-        return [f"the request does not fit kind {kind!r}: {exc}"]
     return []
 
 
 def _task(path: str):
-    from operations.task_backend import OperationsBackend
+    """The registered task at ``path`` and its backend (ValueError naming what to fix). Only
+    tasks defined with ``@task`` on an OperationsBackend are found; nothing is imported for it."""
+    from operations.task_backend import registered_task
 
-    try:
-        task = import_string(path)
-    except ImportError as exc:
-        raise ValueError(f"cannot import task {path!r}: {exc}")
-    backend = getattr(task, "get_backend", None)
-    if backend is None:
-        raise ValueError(f"{path!r} is not a django.tasks task (decorate it with @task)")
-    backend = backend()
-    if not isinstance(backend, OperationsBackend):
+    task = registered_task(path) if isinstance(path, str) else None
+    if task is None:
         raise ValueError(
-            f"task {path!r} uses backend {type(backend).__name__}; scheduled tasks need "
-            "operations.task_backend.OperationsBackend"
+            f"no django.tasks task {path!r} is registered: a schedule runs a @task defined on "
+            "operations.task_backend.OperationsBackend, in an installed app's tasks module (or a module "
+            "that app imports in AppConfig.ready()); give its module path, e.g. 'myapp.tasks.cleanup'"
         )
-    return task, backend
+    return task, task.get_backend()
 
 
 def fire_task(schedule: dict, key: str, *, using: str = DEFAULT_DB_ALIAS) -> tuple[str, str]:

@@ -22,7 +22,7 @@ from operations.ids import check_id, new_id
 from operations.models import TERMINAL_STATES, Operation, State
 from operations.registry import registry
 from workqueue.conf import wq_settings
-from workqueue.managers import _aware, _current_trace, _seconds
+from workqueue.managers import _aware, _current_trace
 from workqueue.models import WorkItem
 
 MAX_PAGE_SIZE = 1000
@@ -55,18 +55,13 @@ def start(
     ``group`` (e.g. a tenant id) is stored on the work item, for the queue's
     ``max_running_per_group`` and ``rate_per_group`` (see the README's "Flow control").
     """
-    definition = registry.get(kind)
-    payload = definition.encode(request)
+    definition, payload = check_request(kind, request)
     conf = ops_settings()
     queue = arguments.queue(queue)
     op_id = check_id(id) if id is not None else new_id()
     owner = arguments.owner(owner)
     priority = arguments.priority(priority)
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-    ):
-        raise InvalidRequest(f"max_attempts must be an integer >= 1, not {max_attempts!r} (never unlimited)")
-    max_attempts = max_attempts or definition.max_attempts or conf.max_attempts
+    max_attempts = arguments.max_attempts(max_attempts) or definition.max_attempts or conf.max_attempts
     group = arguments.group(group)
     op = store.start(
         id=op_id,
@@ -77,7 +72,7 @@ def start(
         request=payload,
         count_label=definition.count_label,
         max_attempts=max_attempts,
-        delay=_seconds(delay, "delay"),
+        delay=arguments.delay(delay),
         run_after=_aware(run_after),
         queue_channel=wq_settings().notify_channel,
         trace_context=_current_trace(),
@@ -97,6 +92,15 @@ def start(
         raise DuplicateOperation(f"operation {op_id!r} already exists", operation=existing)
     existing.created = False
     return existing
+
+
+def check_request(kind: str, request=None):
+    """The checks ``start`` makes on what it is asked to run, and nothing else: the kind is
+    registered and the request fits its type (a mapping of a dataclass's fields is built and
+    type-checked), is JSON and within the size limit. Returns (definition, stored form);
+    raises ``UnknownKind`` / ``InvalidRequest``. Schedules call it when they are saved."""
+    definition = registry.get(kind)
+    return definition, definition.encode(request)
 
 
 def get(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIAS) -> Operation:

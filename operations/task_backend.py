@@ -36,6 +36,7 @@ import datetime as dt
 import inspect
 import json
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -209,6 +210,7 @@ class OperationsBackend(BaseTaskBackend):
         if self.option_problems:
             raise InvalidTask(f"TASKS[{self.alias!r}] is misconfigured: {'; '.join(self.option_problems)}")
         self._retry_policy(task)
+        _registered.setdefault(task.module_path, task)  # the @task itself (a .using() copy comes later)
 
     # -- enqueue and results --------------------------------------------------------------
 
@@ -359,6 +361,30 @@ def _parse(value) -> dt.datetime | None:
         return dt.datetime.fromisoformat(value)
     except ValueError:
         return None
+
+
+#: Every task defined on this backend in this process, by module path, as its ``@task`` made it
+#: (Django validates each task with its backend when the decorator runs).
+_registered: dict[str, Task] = {}
+_discovered = threading.Lock()
+_discovery_done = False
+
+
+def registered_task(module_path: str) -> Task | None:
+    """The ``@task`` at ``module_path`` if one is defined on this backend; imports nothing but
+    the installed apps' ``tasks`` modules (once, as the admin autodiscovers ``admin``).
+
+    What schedules run (``task=`` in settings, the admin or the command) is looked up here, so a
+    dotted path typed by an editor can name only a registered task, never import a module."""
+    global _discovery_done
+    if module_path not in _registered and not _discovery_done:
+        with _discovered:
+            if not _discovery_done:
+                from django.utils.module_loading import autodiscover_modules
+
+                autodiscover_modules("tasks")
+                _discovery_done = True
+    return _registered.get(module_path)
 
 
 def kind_for(module_path: str) -> str:

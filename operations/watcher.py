@@ -297,8 +297,12 @@ class Watcher:
             self._thread.start()
 
     def close(self) -> None:
-        """Stop the loop and end every subscription (idempotent)."""
-        self._closed = True
+        """Stop the loop and end every subscription (idempotent: a second close does nothing,
+        no database write either)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self._wake.set()
         with self._lock:
             subs = list(self._subs)

@@ -279,3 +279,87 @@ def otel(otel_providers):
     exporter.clear()
     reader.get_metrics_data()  # what earlier tests recorded is collected (counters stay cumulative)
     return exporter, reader
+
+
+class Gunicorn:
+    """``gunicorn project.wsgi`` (gthread) on a free port against the test database: the server
+    the README tells a site to run, as a real process."""
+
+    def __init__(self, env: dict[str, str], *, threads: int, workers: int = 1):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "project.wsgi:application",
+                "--worker-class",
+                "gthread",
+                "--workers",
+                str(workers),
+                "--threads",
+                str(threads),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--timeout",
+                "120",
+                "--graceful-timeout",
+                "5",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def wait_up(self) -> None:
+        import httpx
+
+        def answers() -> bool:
+            assert self.proc.poll() is None, self.output()
+            try:
+                httpx.get(self.url + "/admin/login/", timeout=2)
+                return True
+            except httpx.TransportError:
+                return False
+
+        wait_until(answers, timeout=60, message="gunicorn to answer")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+        try:
+            os.unlink(self.log.name)
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def gunicorn(subprocess_env):
+    """Start gunicorn (gthread) processes: ``gunicorn(threads=16, env={...})`` -> Gunicorn, up."""
+    started: list[Gunicorn] = []
+
+    def start(*, threads: int = 16, workers: int = 1, env: dict[str, str] | None = None) -> Gunicorn:
+        server = Gunicorn({**subprocess_env, **(env or {})}, threads=threads, workers=workers)
+        started.append(server)
+        server.wait_up()
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

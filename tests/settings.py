@@ -82,6 +82,11 @@ OPERATIONS = {
     "RECOVER_AFTER": 1,
     "WATCHER_POLL": 1.0,
 }
+# A test's overrides for a server process it starts (tests/operations/test_watch_threads.py), as JSON.
+if os.environ.get("TESTS_OPERATIONS"):
+    import json
+
+    OPERATIONS.update(json.loads(os.environ["TESTS_OPERATIONS"]))
 
 # The django.tasks backend under test: quick retries so retry tests finish in seconds. A second
 # alias ("other", one attempt, its own owner) proves results and runs keep the enqueuing backend;

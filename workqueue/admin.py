@@ -9,26 +9,29 @@ filters, and relative times come from the database clock (``db_now`` on every ro
 
 from __future__ import annotations
 
+import functools
 import json
 
 import django
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import widgets
 from django.contrib.admin.exceptions import NotRegistered
-from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.utils import get_fields_from_path, quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
-from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from workqueue import controls, dashboard, handlers
+from workqueue import controls, dashboard, handlers, values
 from workqueue.conf import format_rate, wq_settings
 from workqueue.environments import create_api_key, create_environment, rotate_environment_key
 from workqueue.exceptions import InvalidInput
@@ -103,6 +106,87 @@ class EstimatedCountPaginator(Paginator):
             plan = json.loads(qs.order_by().explain(format="json"))
             estimate = int(plan[0]["Plan"]["Plan Rows"])
         return max(estimate or 0, counted)
+
+
+def _has_nul(values) -> bool:
+    return any("\x00" in v for v in values if isinstance(v, str))
+
+
+def checks_its_own_ids(view):
+    """Mark an admin view that answers a bad object id itself (e.g. in a JSON error envelope),
+    so the NUL guard leaves the path to it; query and form parameters are still guarded."""
+    view.checks_its_own_ids = True
+    return view
+
+
+def _guard(view):
+    """Refuse text PostgreSQL cannot take before a view turns it into a query: a NUL byte in
+    any query or form parameter (name or value) is a 400, in an object id a 404."""
+
+    @functools.wraps(view)
+    def guarded(request, *args, **kwargs):
+        for params in (request.GET, request.POST) if request.method == "POST" else (request.GET,):
+            for name, given in params.lists():
+                if "\x00" in name or _has_nul(given):
+                    raise BadRequest("a query or form parameter holds a NUL byte")
+        if not getattr(view, "checks_its_own_ids", False) and (_has_nul(args) or _has_nul(kwargs.values())):
+            raise Http404("no object has an id with a NUL byte")
+        return view(request, *args, **kwargs)
+
+    return guarded
+
+
+class GuardedModelAdmin(admin.ModelAdmin):
+    """The base of every ModelAdmin of both apps: bad input is a 400 or a 404, never a 500.
+
+    - Every URL the admin serves for this model (its own and any ``get_urls()`` adds) refuses
+      a NUL byte in a parameter (400) or an object id (404): PostgreSQL text cannot hold one,
+      so it would otherwise reach the database as an error.
+    - ``?field__lookup=`` reaches only the lookups the change list's own filters use
+      (:meth:`filter_parameters`); any other is Django's 400 (``DisallowedModelAdminLookup``).
+      Django would otherwise allow a lookup on any local field: a prefix oracle on stored key
+      hashes (``key_hash__startswith``), a search of what the apps never show (``request``),
+      or an unindexed scan (``metadata__icontains``) of a table of millions of rows.
+    """
+
+    @property
+    def urls(self):
+        patterns = self.get_urls()
+        for pattern in patterns:
+            if isinstance(pattern, URLPattern):
+                pattern.callback = _guard(pattern.callback)
+        return patterns
+
+    def filter_parameters(self, request) -> set[str]:
+        """The query parameters this change list's filters read, as their own links write them."""
+        names: set[str] = set()
+        for item in self.get_list_filter(request):
+            if isinstance(item, type) and issubclass(item, admin.SimpleListFilter):
+                if item.parameter_name:
+                    names.add(item.parameter_name)
+                continue
+            path = item[0] if isinstance(item, list | tuple) else item
+            if not isinstance(path, str):
+                continue  # a Field object given directly: none of ours
+            field = get_fields_from_path(self.model, path)[-1]
+            # What Django's field filters read: choices and boolean `{path}__exact`, all-values
+            # `{path}`, related `{path}__{pk}__exact`, and each `{path}__isnull`.
+            names |= {path, f"{path}__exact", f"{path}__isnull"}
+            target = getattr(field, "target_field", None)
+            if field.is_relation and target is not None:
+                names.add(f"{path}__{target.name}__exact")
+        return names
+
+    def lookup_allowed(self, lookup, value, request=None):
+        if request is not None and lookup in self.filter_parameters(request):
+            return True
+        # Django's own allowance for a raw-id popup's limit_choices_to (another admin's widget).
+        for fk_lookup in self.model._meta.related_fkey_lookups:
+            if callable(fk_lookup):
+                fk_lookup = fk_lookup()
+            if (lookup, value) in widgets.url_params_from_lookup_dict(fk_lookup).items():
+                return True
+        return False
 
 
 class LeanChangeList(ChangeList):
@@ -204,7 +288,7 @@ class QueueFilter(admin.SimpleListFilter):
 
 
 @admin.register(WorkItem)
-class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
+class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
     list_display = (
         "key_display",
         "state_display",
@@ -337,8 +421,8 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         try:
-            refresh = int(request.GET.get("refresh", "0"))
-        except ValueError:
+            refresh = values.count(request.GET.get("refresh", "0"), what="refresh", minimum=0)
+        except InvalidInput:
             refresh = 0
         context = {
             **self.admin_site.each_context(request),
@@ -485,7 +569,7 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(QueueDashboard)
-class QueueDashboardAdmin(admin.ModelAdmin):
+class QueueDashboardAdmin(GuardedModelAdmin):
     """The queue dashboard's entry in the admin index and sidebar; it leads to the dashboard.
 
     Listed for whoever may view work items (the dashboard's own test); it adds, changes and
@@ -526,7 +610,7 @@ class QueueDashboardAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard"))
 
 
-class KeyCreatingAdmin(admin.ModelAdmin):
+class KeyCreatingAdmin(GuardedModelAdmin):
     """Create rows whose key is minted by ``workqueue.environments``: shown once, stored hashed."""
 
     create_fields: tuple[str, ...] = ("name",)
@@ -639,20 +723,64 @@ class EnvironmentAdmin(KeyCreatingAdmin):
         return TemplateResponse(request, "admin/workqueue/environment/rotate_key.html", context)
 
 
+class ApiKeyAddForm(forms.ModelForm):
+    """The new key's scope, chosen explicitly: its environments, or site-wide (never both, never
+    neither). Site-wide is decided here, once; no later change widens a key."""
+
+    site_wide = forms.BooleanField(
+        required=False,
+        label="Site-wide",
+        help_text="Valid for every environment, those created later too. Leave it off and choose environments "
+        "to limit the key to them.",
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ("name", "site_wide", "environments")
+
+    def clean(self):
+        data = super().clean()
+        assert data is not None  # ModelForm.clean returns cleaned_data
+        chosen = data.get("environments")
+        if data.get("site_wide") and chosen:
+            raise forms.ValidationError("Choose the key's environments or make it site-wide, not both.")
+        if not data.get("site_wide") and not chosen and "environments" not in self.errors:
+            raise forms.ValidationError(
+                "Choose the environments this key may act on, or tick Site-wide for a key valid everywhere."
+            )
+        return data
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(KeyCreatingAdmin):
     list_display = ("name", "key_hint_display", "status_display", "environments_display", "created_at")
-    list_filter = ("revoked",)
+    list_filter = ("revoked", "site_wide")
     search_fields = ("name",)
-    create_fields = ("name", "environments")
-    fields = ("name", "environments", "key_hint_display", "status_display", "created_at")
-    readonly_fields = ("key_hint_display", "status_display", "created_at")
+    create_fields = ("name", "site_wide", "environments")
+    fields = ("name", "environments_display", "environments", "key_hint_display", "status_display", "created_at")
+    readonly_fields = ("environments_display", "key_hint_display", "status_display", "created_at")
     filter_horizontal = ("environments",)
     actions = ("revoke",)
     key_noun = "API key"
 
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = ApiKeyAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        if obj is not None and obj.site_wide:
+            # Valid everywhere by how it was created; narrow it by making a scoped key instead.
+            return tuple(f for f in fields if f != "environments")
+        return fields
+
     def create(self, cleaned_data):
-        return create_api_key(cleaned_data["name"], environments=cleaned_data.get("environments") or ())
+        return create_api_key(
+            cleaned_data["name"],
+            environments=cleaned_data.get("environments") or (),
+            site_wide=bool(cleaned_data.get("site_wide")),
+        )
 
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("environments")
@@ -661,10 +789,12 @@ class ApiKeyAdmin(KeyCreatingAdmin):
         if change:  # on add, create() already set them
             super().save_related(request, form, formsets, change)
 
-    @admin.display(description="environments")
+    @admin.display(description="scope")
     def environments_display(self, obj):
-        names = [e.name for e in obj.environments.all()]
-        return ", ".join(names) if names else "all environments"
+        scope = obj.scope()
+        if not obj.site_wide and scope == "no environments":
+            return badge(scope, "error", "Its environments were deleted: it acts on none (401)")
+        return scope
 
     @admin.display(description="status", ordering="revoked")
     def status_display(self, obj):
@@ -677,7 +807,7 @@ class ApiKeyAdmin(KeyCreatingAdmin):
 
 
 @admin.register(Worker)
-class WorkerAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
     list_display = (
         "id",
         "status_display",
@@ -737,7 +867,7 @@ class SweepFilter(admin.SimpleListFilter):
 
 
 @admin.register(MaintenanceRun)
-class MaintenanceRunAdmin(FastListMixin, ReadOnlyMixin, admin.ModelAdmin):
+class MaintenanceRunAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
     list_display = ("name", "started_at", "took_display", "result_display", "counts_display", "host")
     list_filter = (SweepFilter, "ok")
     sortable_by = ("started_at",)
@@ -768,7 +898,7 @@ from workqueue import admin_schedules  # noqa: E402, F401  (the Schedules admin;
 
 
 @admin.register(QueueControl)
-class QueueControlAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class QueueControlAdmin(ReadOnlyMixin, GuardedModelAdmin):
     """Operators' runtime overrides, read-only here: change them on the queue dashboard or with
     ``manage.py queues``; each change is in the row's history."""
 

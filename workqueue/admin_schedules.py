@@ -1,5 +1,8 @@
 """Admin for schedules: the list, an operator's own schedules, pause/resume/run-now.
 
+Pause, resume and run-now take the change permission (run-now starts work on demand): a
+staff user who may only view schedules is neither offered them nor able to post them.
+
 Settings-defined schedules (``WORKQUEUE["SCHEDULES"]``) are read-only here except for the
 actions; an operator's schedules are created, edited and deleted like any row, through the
 same validation the settings and the command use (``workqueue.schedules.validate``).
@@ -14,14 +17,26 @@ from django.db.models.functions import Now
 from django.urls import reverse
 from django.utils.html import format_html
 
-from workqueue import schedules
-from workqueue.exceptions import InvalidSchedule
+from workqueue import schedules, values
+from workqueue.admin import GuardedModelAdmin
+from workqueue.exceptions import InvalidInput, InvalidSchedule
 from workqueue.models import Schedule, WorkItem
 from workqueue.templatetags.workqueue_admin import DASH, badge, duration, seconds_between
 
 
 class ScheduleForm(forms.ModelForm):
-    """Refuses a bad cron expression, time zone, queue, kind or task with the reason."""
+    """Refuses a bad cron expression, time zone, queue, kind or task with the reason.
+
+    The interval and the priority are text read by ``workqueue.values`` (as the command and the
+    settings read them), not Django's number fields, whose ``float()`` and ``int()`` take
+    ``1e20``, ``nan`` and digits other than ASCII ones.
+    """
+
+    every = forms.CharField(
+        required=False,
+        help_text="Interval instead of cron: seconds, or 10s, 5m, 2h, 1d (0.1 s to 366 days).",
+    )
+    priority = forms.CharField(initial="0", help_text="A 32-bit integer; higher runs first.")
 
     class Meta:
         model = Schedule
@@ -57,6 +72,7 @@ class ScheduleForm(forms.ModelForm):
             return data
         fields = {k: data.get(k) for k in self.Meta.fields if k != "enabled"}
         fields["cron"] = fields.get("cron") or ""
+        fields["every"] = (fields.get("every") or "").strip() or None
         try:
             clean = schedules.validate(fields)
         except InvalidSchedule as exc:
@@ -69,8 +85,21 @@ class ScheduleForm(forms.ModelForm):
         data.update({k: clean[k] for k in schedules.DEFINITION_FIELDS})
         return data
 
+    def clean_priority(self):
+        try:
+            return values.priority(self.cleaned_data.get("priority") or "0", text=True)
+        except InvalidInput as exc:
+            raise forms.ValidationError(str(exc))
+
+    def clean_every(self):
+        every = self.cleaned_data.get("every")
+        if isinstance(every, float):  # an instance's own value, shown as it is stored
+            return every
+        return (every or "").strip() or None
+
 
 _FIELD_WORDS = {
+    "request": ("the request for kind", "request does not fit", "the encoded request"),
     "cron": ("cron expression",),
     "timezone": ("time zone",),
     "queue": ("queue",),
@@ -81,7 +110,7 @@ _FIELD_WORDS = {
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(GuardedModelAdmin):
     form = ScheduleForm
     list_display = (
         "name",
@@ -204,17 +233,17 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     # -- actions --------------------------------------------------------------------------
 
-    @admin.action(description="Pause (stop firing)")
+    @admin.action(description="Pause (stop firing)", permissions=["change"])
     def pause(self, request, queryset):
         changed = schedules.pause(queryset.values_list("name", flat=True))
         self.message_user(request, f"Paused {changed} schedule(s).", messages.SUCCESS)
 
-    @admin.action(description="Resume (fire again from the next slot)")
+    @admin.action(description="Resume (fire again from the next slot)", permissions=["change"])
     def resume(self, request, queryset):
         changed = schedules.resume(queryset.filter(removed_at__isnull=True).values_list("name", flat=True))
         self.message_user(request, f"Resumed {changed} schedule(s).", messages.SUCCESS)
 
-    @admin.action(description="Run now (one extra run, no slot used)")
+    @admin.action(description="Run now (one extra run, no slot used)", permissions=["change"])
     def run_now(self, request, queryset):
         keys = []
         for name in queryset.values_list("name", flat=True):

@@ -20,7 +20,7 @@ bad value by name (workqueue.E001…); code that reads a bad setting raises
 
 from __future__ import annotations
 
-import datetime as dt
+import math
 import re
 from dataclasses import dataclass, fields, replace
 from functools import cache
@@ -30,7 +30,8 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from workqueue.exceptions import WorkqueueSettingsError
+from workqueue import values
+from workqueue.exceptions import InvalidInput, WorkqueueSettingsError
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 DAY = 86400.0
@@ -72,7 +73,10 @@ class QueueSettings:
 
     def retry_delay_for(self, attempts: int) -> float:
         """Backoff before the retry that follows attempt number ``attempts``."""
-        delay = self.retry_delay * (self.retry_backoff ** max(attempts - 1, 0))
+        try:
+            delay = self.retry_delay * (self.retry_backoff ** max(attempts - 1, 0))
+        except OverflowError:  # a large backoff after many attempts: past any cap
+            delay = math.inf
         return min(delay, self.max_retry_delay)
 
 
@@ -149,6 +153,11 @@ _COUNTS = {
 }
 
 
+# The settings' validators are workqueue.values' parsers (one per kind, shared with the forms,
+# the commands and the Python API), strict about types (no text: a duration is a number or a
+# timedelta) and raising the settings' error with a full stop.
+
+
 @overload
 def seconds(
     value: object,
@@ -170,18 +179,11 @@ def seconds(
     allow_zero: bool = False,
     error: type[Exception] = WorkqueueSettingsError,
 ) -> float | None:
-    """Turn a duration setting into seconds, or raise ``error`` naming it."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, dt.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise error(
-            f"{what} must be a number of seconds or a timedelta{' or None' if allow_none else ''}, not {value!r}."
-        )
-    if value < 0 or (value == 0 and not allow_zero):
-        raise error(f"{what} must be {'0 or more' if allow_zero else 'greater than 0'}, not {value!r}.")
-    return float(value)
+    """Turn a duration setting into seconds (at most ``values.MAX_SECONDS``), or raise ``error`` naming it."""
+    try:
+        return values.seconds(value, what=what, allow_none=allow_none, allow_zero=allow_zero, text=False)
+    except InvalidInput as exc:
+        raise error(f"{exc}.") from None
 
 
 @overload
@@ -205,12 +207,11 @@ def count(
     minimum: int = 1,
     error: type[Exception] = WorkqueueSettingsError,
 ) -> int | None:
-    """Check a count setting (an integer >= minimum), or raise ``error`` naming it."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise error(f"{what} must be an integer >= {minimum}, not {value!r}.")
-    return value
+    """Check a count setting (an integer >= minimum, at most ``values.MAX_COUNT``), or raise ``error`` naming it."""
+    try:
+        return values.count(value, what=what, allow_none=allow_none, minimum=minimum, text=False)
+    except InvalidInput as exc:
+        raise error(f"{exc}.") from None
 
 
 @overload
@@ -225,33 +226,23 @@ def factor(
     """Check a multiplier setting (a number >= 1, like a retry backoff), or raise ``error`` naming it."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 1:
         raise error(f"{what} must be a number >= 1, not {value!r}.")
+    if value > MAX_FACTOR:
+        raise error(f"{what} must be a number from 1 to {MAX_FACTOR:,.0f}, not {value!r}.")
     return float(value)
 
 
-RATE_PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*([smh])\s*$")
+MAX_FACTOR = 1000.0
+RATE_PERIODS = values.RATE_PERIODS
 
 
 def parse_rate(value: object, *, what: str, error: type[Exception] = WorkqueueSettingsError) -> tuple[int, float]:
     """Turn ``"50/s"``, ``"600/m"`` or ``"10000/h"`` (or a (count, seconds) pair) into (count, seconds)."""
-    if isinstance(value, tuple | list) and len(value) == 2:
-        n, period = value
-        if (
-            not isinstance(n, bool)
-            and isinstance(n, int)
-            and n >= 1
-            and isinstance(period, int | float)
-            and not isinstance(period, bool)
-            and period in RATE_PERIODS.values()
-        ):
-            return n, float(period)
-    elif isinstance(value, str):
-        m = _RATE.match(value)
-        if m and int(m.group(1)) >= 1 and int(m.group(1)) < 2**31:
-            return int(m.group(1)), RATE_PERIODS[m.group(2)]
-    raise error(f"{what} must be a count per period like '50/s', '600/m' or '10000/h' (count >= 1), not {value!r}.")
+    try:
+        return values.rate(value, what=what)
+    except InvalidInput as exc:
+        raise error(f"{exc}.") from None
 
 
 def format_rate(rate: tuple[int, float] | None) -> str:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from workqueue import handlers, store
-from workqueue.conf import QUEUE_NAME, QueueSettings, format_rate, parse_rate, wq_settings
+from workqueue import handlers, store, values
+from workqueue.conf import QUEUE_NAME, QueueSettings, format_rate, wq_settings
 from workqueue.exceptions import InvalidInput
 
 #: The fields an operator may override (``queues set --clear FIELD`` names them).
@@ -240,16 +240,14 @@ def check_known(queue: object, *, using: str = DEFAULT_DB_ALIAS) -> str:
 
 
 def parse_limit(field: str, value: object) -> object:
-    """Check one override value (a count >= 1, or a rate like '50/s'); InvalidInput if bad."""
+    """Check one override value (a count >= 1, or a rate like '50/s'), an int or text in ASCII
+    digits (``workqueue.values``); InvalidInput if bad."""
     if field not in FIELDS:
         raise InvalidInput(f"unknown field {field!r}; the fields are {', '.join(FIELDS)}")
+    what = f"--{field.replace('_', '-')}"
     if field in ("rate", "rate_per_group"):
-        return parse_rate(value, what=f"--{field.replace('_', '-')}", error=InvalidInput)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31:
-        raise InvalidInput(f"--{field.replace('_', '-')} must be an integer >= 1, not {value!r}")
-    return value
+        return values.rate(value, what=what)
+    return values.count(value, what=what)
 
 
 def write(

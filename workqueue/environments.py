@@ -42,18 +42,28 @@ def rotate_environment_key(env: Environment) -> str:
 
 
 @transaction.atomic
-def create_api_key(name: str, environments=()) -> tuple[ApiKey, str]:
+def create_api_key(name: str, environments=(), *, site_wide: bool | None = None) -> tuple[ApiKey, str]:
     """Create a control-plane API key; return it and the key (shown once).
 
     ``environments`` (ids, names or Environment rows) limits the key to those environments
-    (404 elsewhere, like an environment key); none makes it site-wide.
+    (404 elsewhere, like an environment key). ``site_wide=True`` makes it valid for every
+    environment; left out, a key given no environments is site-wide. Site-wide is decided
+    here, once: a scoped key whose environments are later all deleted acts on none (401).
     """
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise InvalidInput("name must be a non-empty string of at most 200 characters")
     if ApiKey.objects.filter(name=name).exists():
         raise InvalidInput(f"an API key named {name!r} already exists")
     scope = [e if isinstance(e, Environment) else find_environment(e) for e in environments]
+    if site_wide is None:
+        site_wide = not scope
+    if site_wide and scope:
+        raise InvalidInput("a site-wide key is valid for every environment: give environments or site-wide, not both")
+    if not site_wide and not scope:
+        raise InvalidInput(
+            "a key limited to no environment could do nothing: give its environments, or make it site-wide"
+        )
     key = keys.mint(keys.API_KEY_PREFIX)
-    api_key = ApiKey.objects.create(name=name, key_hash=keys.digest(key), key_hint=keys.hint(key))
+    api_key = ApiKey.objects.create(name=name, key_hash=keys.digest(key), key_hint=keys.hint(key), site_wide=site_wide)
     api_key.environments.set(scope)
     return api_key, key

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from workqueue import values
 from workqueue.exceptions import InvalidMetadata
 from workqueue.sql import CLAIMED_COLUMNS, ITEM_COLUMNS
 
@@ -126,12 +127,4 @@ def validate_metadata(metadata: object, *, allow_null_values: bool = False) -> d
     return metadata
 
 
-def _storable(text: str) -> bool:
-    """Whether PostgreSQL can store the text (no NUL, valid UTF-8: no lone surrogates)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+_storable = values.storable

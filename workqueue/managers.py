@@ -22,7 +22,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
 
-from workqueue import controls, hooks, sql, store, tracing
+from workqueue import controls, hooks, sql, store, tracing, values
 from workqueue.conf import QUEUE_NAME, QueueSettings, wq_settings
 from workqueue.exceptions import InvalidInput, LeaseLost, UnknownEnvironment
 from workqueue.items import (  # noqa: F401  (the metadata limits live with the item; re-exported)
@@ -136,7 +136,7 @@ def check_group(group: object) -> str | None:
     """Check an item's group (None, or a non-empty string of at most 200 characters)."""
     if group is None:
         return None
-    if not isinstance(group, str) or not group or len(group) > MAX_GROUP_LENGTH or "\x00" in group:
+    if not isinstance(group, str) or not group or len(group) > MAX_GROUP_LENGTH or not values.storable(group):
         raise InvalidInput(f"group must be a non-empty string of at most {MAX_GROUP_LENGTH} characters, not {group!r}")
     return group
 
@@ -154,17 +154,23 @@ def _check_key(key: object) -> str:
         raise InvalidInput(f"key must be a non-empty string of at most {MAX_KEY_LENGTH} characters, not {key!r}")
     if "\x00" in key:
         raise InvalidInput("key must not contain NUL characters")
+    if not values.storable(key):
+        raise InvalidInput(f"key must be valid UTF-8 text (it holds an unpaired surrogate: {key!r})")
     return key
 
 
 def _seconds(value: object, what: str) -> float:
+    """A delay: 0 to ten years, a number or a timedelta (``workqueue.values.seconds``)."""
     if value is None:
         return 0.0
-    if isinstance(value, dt.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise InvalidInput(f"{what} must be a non-negative number of seconds or a timedelta, not {value!r}")
-    return float(value)
+    return values.seconds(value, what=what, allow_zero=True, text=False)
+
+
+check_priority = values.priority
+
+
+def _max_attempts(value: object) -> int:
+    return values.count(value, what="max_attempts", text=False)
 
 
 def _aware(value: object) -> dt.datetime | None:
@@ -222,14 +228,8 @@ class WorkItemManager(models.Manager):
         conf = wq_settings().queue(_check_queue(queue))
         _check_key(key)
         env_id = _env_id(environment)
-        if priority is None:
-            priority = conf.priority
-        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
-            raise InvalidInput(f"priority must be a 32-bit integer, not {priority!r}")
-        if max_attempts is None:
-            max_attempts = conf.max_attempts
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InvalidInput(f"max_attempts must be an integer >= 1, not {max_attempts!r}")
+        priority = check_priority(conf.priority if priority is None else priority)
+        max_attempts = _max_attempts(conf.max_attempts if max_attempts is None else max_attempts)
         rows = store.item_enqueue(
             queue=queue,
             key=key,
@@ -291,13 +291,9 @@ class WorkItemManager(models.Manager):
                 raise InvalidInput(f"enqueue_many entry has unknown field(s): {', '.join(sorted(unknown))}")
             conf = settings.queue(_check_queue(spec.get("queue")))
             prio = spec.get("priority", priority)
-            prio = conf.priority if prio is None else prio
-            if isinstance(prio, bool) or not isinstance(prio, int) or abs(prio) >= 2**31:
-                raise InvalidInput(f"priority must be a 32-bit integer, not {prio!r}")
+            prio = check_priority(conf.priority if prio is None else prio)
             attempts = spec.get("max_attempts")
-            attempts = conf.max_attempts if attempts is None else attempts
-            if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-                raise InvalidInput(f"max_attempts must be an integer >= 1, not {attempts!r}")
+            attempts = _max_attempts(conf.max_attempts if attempts is None else attempts)
             cols["queues"].append(conf.name)
             cols["keys"].append(_check_key(spec.get("key")))
             cols["environment_ids"].append(_env_id(spec.get("environment", environment)))

@@ -227,12 +227,19 @@ class ApiKey(models.Model):
     key_hint = models.CharField(max_length=16, editable=False)
     created_at = models.DateTimeField(db_default=Now(), editable=False)
     revoked = models.BooleanField(default=False)
+    # Set when the key is created as site-wide, never later: a key's scope must not widen by
+    # itself (deleting an environment cascades its rows below away, and a scoped key left
+    # with none acts on nothing).
+    site_wide = models.BooleanField(
+        default=False,
+        help_text="Valid for every environment (chosen when the key was created; never set later).",
+    )
     environments = models.ManyToManyField(
         Environment,
         blank=True,
         related_name="api_keys",
         db_table="work_api_key_environments",
-        help_text="The environments this key may act on; none means every environment (site-wide).",
+        help_text="The environments this key may act on (a site-wide key acts on every one).",
     )
 
     class Meta:
@@ -241,6 +248,13 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def scope(self) -> str:
+        """Where the key is valid, in words: "all environments", the names, or "no environments"
+        (a scoped key whose environments were all deleted: the wire refuses it)."""
+        if self.site_wide:
+            return "all environments"
+        return ", ".join(e.name for e in self.environments.all()) or "no environments"
 
 
 class MaintenanceRun(models.Model):

@@ -36,7 +36,7 @@ from django.conf import settings as django_settings
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models.functions import Now
 
-from workqueue import handlers, hooks, store
+from workqueue import handlers, hooks, store, values
 from workqueue.conf import QUEUE_NAME, wq_settings
 from workqueue.exceptions import InvalidInput, InvalidSchedule, ScheduleNotFound
 
@@ -201,13 +201,15 @@ def manual_key(name: str, at: dt.datetime, prefix: str = "") -> str:
 # -- definitions ------------------------------------------------------------------------
 
 
-def parse_duration(text: str) -> float:
-    """``10``, ``10s``, ``5m``, ``2h``, ``1d`` → seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*", str(text))
-    if not match:
-        raise InvalidSchedule(f"interval {text!r} must be a number of seconds or like 10s, 5m, 2h, 1d")
-    scale = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[match.group(2)]
-    return float(match.group(1)) * scale
+#: A schedule's shortest interval; the longest is ``values.MAX_INTERVAL`` (366 days).
+MIN_INTERVAL = 0.1
+
+
+def parse_interval(every: object) -> float:
+    """An interval: seconds (a number, a timedelta, or text like ``10``, ``10s``, ``5m``, ``2h``,
+    ``1d`` in ASCII digits) from 0.1 s to 366 days (``workqueue.values.seconds``)."""
+    what = f"interval {every!r}" if isinstance(every, str) else "interval (every)"
+    return values.seconds(every, what=what, minimum=MIN_INTERVAL, maximum=values.MAX_INTERVAL, error=InvalidSchedule)
 
 
 def validate(fields: dict, *, name: object = None) -> dict:
@@ -231,13 +233,7 @@ def validate(fields: dict, *, name: object = None) -> dict:
         if bool(cron) == (every is not None):
             raise InvalidSchedule("give exactly one of a cron expression (cron) or an interval (every)")
         if every is not None:
-            if isinstance(every, dt.timedelta):
-                every = every.total_seconds()
-            if isinstance(every, str):
-                every = parse_duration(every)
-            if isinstance(every, bool) or not isinstance(every, int | float) or every < 0.1:
-                raise InvalidSchedule(f"interval (every) must be at least 0.1 seconds, not {every!r}")
-            out["every"] = float(every)
+            out["every"] = parse_interval(every)
             out["cron"] = ""
         else:
             out["cron"] = check_cron(" ".join(str(cron).split()))
@@ -248,9 +244,7 @@ def validate(fields: dict, *, name: object = None) -> dict:
         if misfire not in ("latest", "all", "skip"):
             raise InvalidSchedule(f"misfire must be latest, all or skip, not {misfire!r}")
         out["misfire"] = misfire
-        priority = out.get("priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
-            raise InvalidSchedule(f"priority must be a 32-bit integer, not {priority!r}")
+        out["priority"] = values.priority(out.get("priority", 0), error=InvalidSchedule)
         targets = [t for t, f in (("item", "queue"), ("operation", "kind"), ("task", "task")) if out.get(f)]
         if len(targets) != 1:
             raise InvalidSchedule(
@@ -270,8 +264,10 @@ def validate(fields: dict, *, name: object = None) -> dict:
             except InvalidInput as exc:
                 raise InvalidSchedule(str(exc))
             prefix = out.get("key_prefix") or ""
-            if not isinstance(prefix, str) or len(prefix) > 200:
-                raise InvalidSchedule(f"key prefix must be a string of at most 200 characters, not {prefix!r}")
+            if not isinstance(prefix, str) or len(prefix) > 200 or not values.storable(prefix):
+                raise InvalidSchedule(
+                    f"key prefix must be a string of at most 200 characters (UTF-8 text, no NUL), not {prefix!r}"
+                )
         else:
             hook = hooks.schedule_target(out["target"])
             if hook is None:

@@ -511,7 +511,7 @@ def wire_auth_environment_key(*, digest: str, using: str = DEFAULT_DB_ALIAS) -> 
 
 
 def wire_auth_api_key(*, digest: str, environment_id: str, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
-    """``wire_auth_api_key``: (key_hash, revoked, environment id, kind) for this API key."""
+    """``wire_auth_api_key``: (key_hash, revoked, environment id, kind, usable) for this API key."""
     return _run("wire_auth_api_key", {"digest": digest, "environment_id": environment_id}, using)
 
 

@@ -45,6 +45,9 @@ def test_durations_take_timedeltas_and_a_prefix_names_the_table():
         ({"NOTIFY_CHANNEL": "no spaces"}, "NOTIFY_CHANNEL"),
         ({"QUEUES": "operations"}, "QUEUES"),
         ({"RETRY_DELAY": -1}, "RETRY_DELAY"),
+        ({"WATCH_MAX_THREADS": 0}, r"WATCH_MAX_THREADS'\] must be an integer >= 1"),
+        ({"WATCH_MAX_THREADS": "8"}, "WATCH_MAX_THREADS"),
+        ({"SSE_WSGI_KEEPALIVE": 0}, r"SSE_WSGI_KEEPALIVE'\] must be greater than 0"),
         ({"LAESE": 3}, "unknown key"),
         ([], "must be a dict"),
     ],
@@ -96,3 +99,12 @@ def test_the_table_prefix_is_validated_where_it_is_first_read(prefix):
         configured_table()
     with override_settings(OPERATIONS={"TABLE_PREFIX": "ddb"}):
         assert configured_table() == "ddb_operations"
+
+
+def test_a_per_owner_cap_above_the_thread_cap_is_a_warning():
+    from django.core.checks import run_checks
+
+    with override_settings(OPERATIONS={"LEASE": 3, "PROGRESS_INTERVAL": 0.5, "WATCH_MAX_PER_OWNER": 9}):
+        found = [e for e in run_checks() if e.id == "operations.W002"]
+    assert found and "WATCH_MAX_THREADS" in found[0].msg
+    assert ops_settings().watch_max_threads == 8 and ops_settings().sse_wsgi_keepalive == 1.0

@@ -215,6 +215,24 @@ def test_cancel_keeps_djangos_csrf_check_under_session_auth(user):
     assert op_row(op.id).state == "pending"
 
 
+def test_a_csrf_refusal_is_the_apis_json_error_envelope(user):
+    """Issue 25, item 9: Django's HTML 403 page is not what an API client can read."""
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(user)
+    op = start_for(user)
+    for path in (f"/api/operations/{op.id}:cancel", f"/api/operations/{op.id}/cancel"):
+        response = strict.post(path)
+        assert response["Content-Type"] == "application/json"
+        body = assert_error(response, 403, "permission_error")
+        assert "CSRF" in body["error"]["message"]
+    assert op_row(op.id).state == "pending" and not op_row(op.id).cancel_requested
+    # With the token (as a page of the site sends it) the same POST cancels.
+    strict.get("/admin/login/")  # sets the CSRF cookie
+    token = strict.cookies["csrftoken"].value
+    done = strict.post(f"/api/operations/{op.id}:cancel", headers={"X-CSRFToken": token})
+    assert done.status_code == 200 and done.json()["state"] == "cancelled"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_watch_streams_snapshots_and_ends_with_the_terminal_one(client, user):
     op = start_for(user, "test.ops.tiers", {"units": 3, "per_unit": 10, "pause": 0.3})
@@ -258,7 +276,9 @@ def test_watching_a_reaped_operation_ends_with_gone(client, user):
     assert first.startswith("event: operation\n")
     Operation.objects.filter(pk=op.id).delete()
     rest = b"".join(stream).decode()
-    assert rest == "event: gone\ndata: {}\n\n"
+    # (keep-alive comments may come first: under WSGI an idle stream writes one every second)
+    *comments, last = [block for block in rest.split("\n\n") if block]
+    assert last == "event: gone\ndata: {}" and set(comments) <= {":"} and rest.endswith("\n\n")
 
 
 @pytest.mark.django_db(transaction=True)

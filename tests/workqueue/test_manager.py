@@ -115,7 +115,7 @@ def test_enqueue_many_inserts_a_batch_and_merges_duplicates():
         ({"metadata": {str(i): "v" for i in range(17)}}, "at most 16 keys"),
         ({"metadata": {"k" * 65: "v"}}, "longer than 64"),
         ({"metadata": ["a"]}, "metadata must be an object"),
-        ({"delay": -1}, "delay must be a non-negative number"),
+        ({"delay": -1}, "delay must be 0 or more, not -1"),
         ({"priority": 2**31}, "priority must be a 32-bit integer"),
         ({"priority": "high"}, "priority must be a 32-bit integer, not 'high'"),
         ({"max_attempts": 0}, "max_attempts must be an integer >= 1"),

@@ -21,12 +21,15 @@ WHERE e.key_hash = %(digest)s;
 -- name: wire_auth_api_key
 -- Resolve a control-plane API key and, in the same probe, the path's environment (NULL
 -- when it does not exist, or when the key is limited to environments that do not include
--- it; a key with no environments is site-wide), so one request costs one query.
-SELECT k.key_hash, k.revoked, e.id, e.kind
+-- it), so one request costs one query. Site-wide is the key's own flag, set only when it was
+-- created as such: a scoped key whose environment rows were all deleted (they cascade with
+-- their environment) acts on nothing (`usable` false: 401), it never becomes site-wide.
+SELECT k.key_hash, k.revoked, e.id, e.kind,
+    k.site_wide OR EXISTS (SELECT 1 FROM work_api_key_environments ke WHERE ke.apikey_id = k.id) AS usable
 FROM work_api_keys k
 LEFT JOIN work_environments e ON e.id = %(environment_id)s
     AND (
-        NOT EXISTS (SELECT 1 FROM work_api_key_environments ke WHERE ke.apikey_id = k.id)
+        k.site_wide
         OR EXISTS (
             SELECT 1 FROM work_api_key_environments ke WHERE ke.apikey_id = k.id AND ke.environment_id = e.id
         )

@@ -5,7 +5,9 @@ A request costs one SHA-256 and one indexed probe on the stored hash, which is t
 in constant time. Keys never reach a log or an error message.
 
 - wrong kind of key for the endpoint, unknown or revoked key, no key → 401;
-- the right kind of key for another (or no) environment → 404, never 403.
+- the right kind of key for another (or no) environment → 404, never 403;
+- an API key limited to environments that were all deleted → 401: a key's scope never
+  widens by itself (site-wide is a flag set only when a key is created as such).
 """
 
 from __future__ import annotations
@@ -71,7 +73,12 @@ def authenticate(request, environment_id: str, accepts: tuple[str, ...], *, usin
     rows = store.wire_auth_api_key(digest=digest, environment_id=environment_id, using=using)
     if not rows or not keys.matches(token, rows[0][0]) or rows[0][1]:
         raise Unauthenticated("unknown or revoked API key")
-    _hash, _revoked, env_id, env_kind = rows[0]
+    _hash, _revoked, env_id, env_kind, usable = rows[0]
+    if not usable:
+        raise Unauthenticated(
+            "this API key was limited to environments that no longer exist, so it acts on no environment; "
+            "create a new key (manage.py apikeys create) and revoke this one"
+        )
     if env_id is None:
         raise EnvironmentNotFound(environment_id)
     return Caller(API, env_id, env_kind)

@@ -77,6 +77,14 @@ class Unauthenticated(ApiError):
     default_message = "missing or invalid key"
 
 
+class Forbidden(ApiError):
+    """The request was refused before it was read (a failed CSRF check on a session-authenticated POST)."""
+
+    status = 403
+    error_type = "permission_error"
+    default_message = "forbidden"
+
+
 class NotFound(ApiError):
     """Nothing by that id is visible to this credential."""
 
@@ -120,6 +128,17 @@ class PreconditionFailed(ApiError):
     status = 412
     error_type = "precondition_failed_error"
     default_message = "heartbeat precondition failed"
+
+
+class LengthRequired(ApiError):
+    """A body this server cannot read (chunked, behind a WSGI server that does not de-chunk it)."""
+
+    status = 411
+    error_type = "invalid_request_error"
+    default_message = (
+        "this server cannot read a chunked request body: send the body with a Content-Length header "
+        "(the official SDK does); nothing was changed"
+    )
 
 
 class RequestTooLarge(ApiError):

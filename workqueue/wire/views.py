@@ -13,6 +13,7 @@ import logging
 
 from django.core.exceptions import BadRequest as DjangoBadRequest
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.core.handlers.asgi import ASGIRequest
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -82,20 +83,40 @@ def _query(request, name: str):
     return request.GET.get(name)
 
 
-def _body(request, allowed: tuple[str, ...]) -> dict:
+def _raw_body(request) -> bytes:
+    """The whole request body, whatever its framing, or a refusal: never a body left unread.
+
+    Django reads a WSGI body by its Content-Length, so a ``Transfer-Encoding`` (chunked) body
+    reads as empty there. A server that de-chunks and ends the input (``wsgi.input_terminated``,
+    as gunicorn sets it) lets it be read to its end; any other is a 411. Under ASGI the server
+    hands Django the whole body, framed as it may be.
+    """
+    too_large = errors.RequestTooLarge(f"the request body must be at most {MAX_BODY_BYTES} bytes")
+    framed = "HTTP_TRANSFER_ENCODING" in request.META and not isinstance(request, ASGIRequest)
+    if framed:
+        if not request.META.get("wsgi.input_terminated"):
+            raise errors.LengthRequired()
+        raw = request.META["wsgi.input"].read(MAX_BODY_BYTES + 1)
+        if len(raw) > MAX_BODY_BYTES:
+            raise too_large
+        return raw
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         declared = 0
     if declared > MAX_BODY_BYTES:
-        raise errors.RequestTooLarge(f"the request body must be at most {MAX_BODY_BYTES} bytes")
+        raise too_large
     try:
         raw = request.body
     except RequestDataTooBig:
-        raise errors.RequestTooLarge(f"the request body must be at most {MAX_BODY_BYTES} bytes")
+        raise too_large
     if len(raw) > MAX_BODY_BYTES:
-        raise errors.RequestTooLarge(f"the request body must be at most {MAX_BODY_BYTES} bytes")
-    return serializers.json_body(raw, allowed=allowed)
+        raise too_large
+    return raw
+
+
+def _body(request, allowed: tuple[str, ...]) -> dict:
+    return serializers.json_body(_raw_body(request), allowed=allowed)
 
 
 def _json(data, status: int = 200) -> JsonResponse:

@@ -9,7 +9,10 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.db.models.functions import Now
 
-from workqueue.models import State, WorkItem
+import operations
+from workqueue import controls, schedules
+from workqueue.environments import create_api_key, create_environment
+from workqueue.models import MaintenanceRun, Outcome, State, Worker, WorkItem
 
 
 @pytest.fixture
@@ -54,3 +57,27 @@ def make_item(queue: str, key: str, state: str = State.QUEUED, **fields) -> Work
 def one_of_each_state(db):
     """One work item in every State, on test.noop."""
     return {state: make_item("test.noop", f"state-{state}", state) for state in State.values}
+
+
+@pytest.fixture
+def every_kind_of_row(db):
+    """Something for every action to act on: items queued, running, failed and scheduled; an
+    environment with no items (deletable); an active API key; an enabled and a paused
+    schedule; a pending and a finished operation; and a row in every other table the admin
+    lists (an environment with an item, a worker, a sweep run, a paused queue's control)."""
+    make_item("test.noop", "queued")
+    make_item("test.noop", "running", State.ACTIVE)
+    make_item("test.noop", "failed", State.STOPPED, outcome=Outcome.FAILED, last_error="boom")
+    make_item("test.noop", "scheduled", run_after=Now() + dt.timedelta(hours=1))
+    create_environment("spare", "self_hosted")
+    create_api_key("ci")
+    schedules.add({"name": "tenner", "queue": "test.noop", "every": 10})
+    schedules.add({"name": "resting", "queue": "test.noop", "every": 60})
+    schedules.pause(["resting"])
+    operations.start("test.ops.count", {}, owner="7")
+    operations.cancel(operations.start("test.ops.count", {}, owner="7").id)
+    edge, _key = create_environment("edge", "self_hosted")
+    WorkItem.objects.enqueue("test.wire", "on-the-wire", environment=edge)
+    Worker.objects.create(id="w-1", host="h", pid=1, queues=["test.noop"])
+    MaintenanceRun.objects.create(name="reap", started_at=Now(), finished_at=Now(), counts={"deleted": 0})
+    controls.pause("test.noop", by="tests")

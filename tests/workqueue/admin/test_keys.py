@@ -91,10 +91,10 @@ def test_renaming_an_environment_keeps_its_key_and_kind(admin_client):
 
 
 def test_adding_an_api_key_shows_it_once_and_stores_only_the_hash(admin_client):
-    response = admin_client.post(reverse("admin:workqueue_apikey_add"), {"name": "ci"})
+    response = admin_client.post(reverse("admin:workqueue_apikey_add"), {"name": "ci", "site_wide": "on"})
     (key,) = API_KEY.findall(response.content.decode())
     api_key = ApiKey.objects.get(name="ci")
-    assert api_key.key_hash == keys.digest(key) and not api_key.revoked
+    assert api_key.key_hash == keys.digest(key) and not api_key.revoked and api_key.site_wide
     assert key not in stored_values(api_key)
     page = admin_client.get(reverse("admin:workqueue_apikey_change", args=[api_key.pk])).content.decode()
     assert key not in page and api_key.key_hint in page
@@ -135,7 +135,7 @@ def _cookies_and_sessions(client) -> str:
     "url, data, pattern",
     [
         ("admin:workqueue_environment_add", {"name": "edge", "kind": "self_hosted"}, ENV_KEY),
-        ("admin:workqueue_apikey_add", {"name": "ci"}, API_KEY),
+        ("admin:workqueue_apikey_add", {"name": "ci", "site_wide": "on"}, API_KEY),
     ],
 )
 def test_a_new_key_is_shown_on_the_response_page_and_kept_in_no_cookie(admin_client, url, data, pattern):
@@ -174,7 +174,29 @@ def test_an_api_keys_environments_are_chosen_shown_and_edited_in_the_admin(admin
     assert set(api_key.environments.values_list("pk", flat=True)) == {edge.pk, core.pk}
     admin_client.post(change_url, {"name": "ci", "environments": []})
     assert not api_key.environments.exists()
-    assert "all environments" in admin_client.get(reverse("admin:workqueue_apikey_changelist")).content.decode()
+    # Narrowed to nothing it acts on nothing: a scoped key never turns site-wide (issue 25, item 1).
+    listing = admin_client.get(reverse("admin:workqueue_apikey_changelist")).content.decode()
+    assert "no environments" in listing and "all environments" not in listing
+    api_key.refresh_from_db()
+    assert not api_key.site_wide
+
+
+def test_a_new_api_keys_scope_is_chosen_explicitly_in_the_admin(admin_client):
+    """Site-wide is a choice made when the key is created: neither environments nor the box
+    ticked, or both, is refused and writes nothing; a site-wide key's page offers no
+    environments to pick (a scope is narrowed by making a new key)."""
+    edge, _ = create_environment("edge", "self_hosted")
+    add = reverse("admin:workqueue_apikey_add")
+    for data in ({"name": "ci"}, {"name": "ci", "site_wide": "on", "environments": [edge.pk]}):
+        response = admin_client.post(add, data)
+        assert response.status_code == 200 and response.context["adminform"].form.errors, data
+        assert not API_KEY.findall(response.content.decode())
+    assert not ApiKey.objects.exists()
+    admin_client.post(add, {"name": "everywhere", "site_wide": "on"})
+    everywhere = ApiKey.objects.get(name="everywhere")
+    assert everywhere.site_wide and not everywhere.environments.exists()
+    page = admin_client.get(reverse("admin:workqueue_apikey_change", args=[everywhere.pk])).content.decode()
+    assert "all environments" in page and 'name="environments"' not in page
 
 
 def test_the_apikeys_command_limits_a_key_to_environments():
@@ -194,3 +216,9 @@ def test_the_apikeys_command_limits_a_key_to_environments():
     listing = StringIO()
     call_command("apikeys", "list", stdout=listing)
     assert "scoped" in listing.getvalue() and "all environments" in listing.getvalue()
+    assert ApiKey.objects.get(name="everywhere").site_wide and not api_key.site_wide
+    edge.delete()  # its key's scope goes with it: it acts on nothing, it never widens
+    listing = StringIO()
+    call_command("apikeys", "list", stdout=listing)
+    (line,) = [line for line in listing.getvalue().splitlines() if line.startswith("scoped")]
+    assert line.endswith("no environments")

@@ -141,3 +141,41 @@ def test_an_api_key_limited_to_environments_is_404_outside_them(http, env, other
     everywhere = {"Authorization": f"Bearer {site_wide}"}
     assert http.get(f"/v1/environments/{other_env.id}/work/{theirs.public_id}", headers=everywhere).status_code == 200
     assert http.get(f"/v1/environments/{env.id}/work/{mine.public_id}", headers=everywhere).status_code == 200
+
+
+def test_deleting_its_only_environment_never_widens_a_scoped_key(http, env, other_env, django_user_model):
+    """Issue 25, item 1: a key limited to C, C deleted (through the admin, as an operator
+    would), must not turn into a site-wide key that reads and changes B's items."""
+    from django.test import Client
+    from django.urls import reverse
+
+    from workqueue.environments import create_api_key, create_environment
+
+    doomed, _key = create_environment("doomed", "self_hosted")
+    scoped = create_api_key("doomed-only", environments=[doomed.id])[1]
+    (theirs,) = enqueue(other_env, 1, prefix="other", metadata={"a": "1"})
+    headers = {"Authorization": f"Bearer {scoped}"}
+    assert http.get(f"/v1/environments/{other_env.id}/work/stats", headers=headers).status_code == 404
+
+    admin = Client()
+    admin.force_login(django_user_model.objects.create_superuser("boss", "boss@example.com", "pw"))
+    deleted = admin.post(reverse("admin:workqueue_environment_delete", args=[doomed.pk]), {"post": "yes"})
+    assert deleted.status_code == 302 and not Environment.objects.filter(pk=doomed.pk).exists()
+
+    before = snapshot()
+    for method, path, kwargs, takes in [
+        *endpoints(other_env.id, theirs.public_id),
+        *endpoints(doomed.id, theirs.public_id),
+    ]:
+        if takes == "environment":
+            continue
+        response = http.request(method, path, headers=headers, **kwargs)
+        assert response.status_code == 401, (method, path, response.text)
+        body = response.json()["error"]
+        assert body["type"] == "authentication_error" and "no environment" in body["message"], body
+    assert snapshot() == before
+    assert by_key("other_0").metadata == {"a": "1"} and by_key("other_0").state == "queued"
+
+    # The admin says what the key can do now: nothing, not "all environments".
+    listing = admin.get(reverse("admin:workqueue_apikey_changelist")).content.decode()
+    assert "no environments" in listing and "all environments" not in listing

@@ -41,7 +41,6 @@ class Command(BaseCommand):
                 self.stdout.write(f"revoked {opts['name']!r}")
             else:
                 for k in ApiKey.objects.order_by("name").prefetch_related("environments"):
-                    scope = ", ".join(e.name for e in k.environments.all()) or "all environments"
-                    self.stdout.write(f"{k.name}  {k.key_hint}…  {'revoked' if k.revoked else 'active'}  {scope}")
+                    self.stdout.write(f"{k.name}  {k.key_hint}…  {'revoked' if k.revoked else 'active'}  {k.scope()}")
         except InvalidInput as exc:
             raise CommandError(str(exc), returncode=2)

@@ -2,9 +2,13 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from workqueue import values
 from workqueue.environments import find_environment
 from workqueue.exceptions import InvalidInput
 from workqueue.models import WorkItem
+
+#: The most items one `enqueue --count` writes (one statement).
+MAX_COUNT = 100_000
 
 
 def _metadata(pairs):
@@ -24,11 +28,20 @@ class Command(BaseCommand):
         parser.add_argument("queue")
         parser.add_argument("key")
         parser.add_argument("--environment", help="Environment id or name.")
-        parser.add_argument("--priority", type=int)
-        parser.add_argument("--delay", type=float, metavar="SECONDS")
+        parser.add_argument("--priority", type=values.argument(values.priority, text=True))
+        parser.add_argument(
+            "--delay",
+            type=values.argument(values.seconds, allow_zero=True),
+            metavar="SECONDS",
+            help="Hold it back: seconds, or 10s, 5m, 2h, 1d (at most ten years).",
+        )
         parser.add_argument("--metadata", action="append", metavar="KEY=VALUE")
         parser.add_argument("--group", help="The item's group (e.g. a tenant), for per-group limits.")
-        parser.add_argument("--count", type=int, help="Enqueue N items keyed KEY-1 … KEY-N.")
+        parser.add_argument(
+            "--count",
+            type=values.argument(values.count, maximum=MAX_COUNT),
+            help=f"Enqueue N items keyed KEY-1 … KEY-N (1 to {MAX_COUNT:,}).",
+        )
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **opts):
@@ -36,8 +49,6 @@ class Command(BaseCommand):
             env = find_environment(opts["environment"]) if opts["environment"] else None
             meta = _metadata(opts["metadata"])
             if opts["count"] is not None:
-                if opts["count"] < 1:
-                    raise InvalidInput("--count must be at least 1")
                 rows = WorkItem.objects.enqueue_many(
                     [
                         {"queue": opts["queue"], "key": f"{opts['key']}-{n}", "metadata": meta}

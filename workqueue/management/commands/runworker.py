@@ -1,22 +1,12 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from workqueue import values
 from workqueue.management.commands._console import console_logging
 from workqueue.scheduler import Scheduler
 from workqueue.worker import WorkerOptions, run_worker
 
-
-def _positive(kind):
-    def parse(value):
-        try:
-            number = kind(value)
-        except ValueError:
-            raise ValueError(value)
-        if number <= 0:
-            raise ValueError(value)
-        return number
-
-    parse.__name__ = f"positive {kind.__name__}"
-    return parse
+COUNT = values.argument(values.count)
+SECONDS = values.argument(values.seconds)
 
 
 class Command(BaseCommand):
@@ -30,21 +20,25 @@ class Command(BaseCommand):
             metavar="QUEUE",
             help="Queue to serve (repeatable). Default: every queue with a registered handler.",
         )
-        parser.add_argument("--concurrency", type=_positive(int), help="Threads running items (WORKQUEUE CONCURRENCY).")
+        parser.add_argument("--concurrency", type=COUNT, help="Threads running items (WORKQUEUE CONCURRENCY).")
         parser.add_argument(
             "--async-concurrency",
-            type=_positive(int),
+            type=COUNT,
             help="async def handlers run at once on the event loop (WORKQUEUE ASYNC_CONCURRENCY, default 100).",
         )
-        parser.add_argument("--batch", type=_positive(int), help="Items one claim takes (WORKQUEUE BATCH).")
-        parser.add_argument("--poll", type=_positive(float), help="Backstop seconds between claims when idle.")
-        parser.add_argument("--max-items", type=_positive(int), help="Exit 0 after this many items.")
-        parser.add_argument("--max-seconds", type=_positive(float), help="Exit 0 after this many seconds.")
+        parser.add_argument("--batch", type=COUNT, help="Items one claim takes (WORKQUEUE BATCH).")
+        parser.add_argument("--poll", type=SECONDS, help="Backstop seconds between claims when idle.")
+        parser.add_argument("--max-items", type=COUNT, help="Exit 0 after this many items.")
+        parser.add_argument("--max-seconds", type=SECONDS, help="Exit 0 after this many seconds.")
         parser.add_argument("--worker-id", help="Name shown in the admin (default host:pid:random).")
-        parser.add_argument("--grace", type=float, help="Seconds running items get after SIGTERM.")
+        parser.add_argument(
+            "--grace",
+            type=values.argument(values.seconds, allow_zero=True),
+            help="Seconds running items get after SIGTERM.",
+        )
         parser.add_argument(
             "--maintenance",
-            type=_positive(float),
+            type=SECONDS,
             metavar="SECONDS",
             help="Also run recover and reap every SECONDS (for sites without cron).",
         )

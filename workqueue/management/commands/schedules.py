@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from workqueue import schedules
+from workqueue import schedules, values
 from workqueue.exceptions import InvalidInput, ScheduleNotFound
 from workqueue.management.commands.enqueue import _metadata
 
@@ -59,7 +59,7 @@ class Command(BaseCommand):
         what.add_argument("--task", metavar="DOTTED.PATH", help="Enqueue this django.tasks task.")
         add.add_argument("--key", default="", help="Work item: a prefix for the key {name}:{slot}.")
         add.add_argument("--metadata", action="append", metavar="KEY=VALUE")
-        add.add_argument("--priority", type=int, default=0)
+        add.add_argument("--priority", type=values.argument(values.priority, text=True), default=0)
         add.add_argument("--request", metavar="JSON", help="Operation: its request.")
         add.add_argument(
             "--args", dest="task_args", metavar="JSON", help="Task: its positional arguments (a JSON list)."
@@ -103,7 +103,7 @@ class Command(BaseCommand):
         fields = {
             "name": opts["name"],
             "cron": opts["cron"] or "",
-            "every": schedules.parse_duration(opts["every"]) if opts["every"] is not None else None,
+            "every": opts["every"],  # text: schedules.validate parses it (workqueue.values.seconds)
             "queue": opts["queue"] or "",
             "key_prefix": opts["key"],
             "metadata": _metadata(opts["metadata"]),
