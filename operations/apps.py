@@ -29,7 +29,7 @@ class OperationsConfig(AppConfig):
             declare_queue(queue, lease=conf.lease, retry_delay=conf.retry_delay, max_attempts=conf.max_attempts)
             handlers.register(queue, runner.handle, renews_lease=True)
         try:
-            from operations import task_backend
+            from operations.tasks import backend as task_backend
         except ImportError:  # neither django.tasks (Django 6) nor the django-tasks backport
             pass
         else:

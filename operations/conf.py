@@ -151,7 +151,7 @@ class OperationsSettings:
         return table_name(self.table_prefix)
 
 
-TASK_BACKEND = "operations.task_backend.OperationsBackend"
+TASK_BACKEND = "operations.tasks.backend.OperationsBackend"
 DEFAULT_TASK_QUEUE_PREFIX = "tasks."
 
 

@@ -67,7 +67,7 @@ class Definition:
     is_async: bool = dataclasses.field(init=False, default=False)
 
     def __post_init__(self):
-        from workqueue.aio import is_async
+        from workqueue.worker.pools.eventloop import is_async
 
         object.__setattr__(self, "is_async", is_async(self.run))
 

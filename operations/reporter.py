@@ -307,7 +307,7 @@ class AsyncReporter(Reporter):
 
     async def flush(self) -> Ack | None:  # type: ignore[override]
         """Write buffered progress now, off the event loop (one statement). Never raises."""
-        from workqueue.aio import off_loop
+        from workqueue.worker.pools.eventloop import off_loop
 
         return await off_loop(self._write)
 

@@ -224,7 +224,7 @@ def handle(item, ctx):
 
 async def _run_async(definition, request, reporter, op, attempt, common, ctx) -> None:
     """Await an ``async def`` run, then record its end off the loop, exactly as for a sync run."""
-    from workqueue.aio import off_loop
+    from workqueue.worker.pools.eventloop import off_loop
 
     failure = result = None
     try:

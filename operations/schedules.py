@@ -39,13 +39,13 @@ def check_operation(schedule: dict) -> list[str]:
 def _task(path: str):
     """The registered task at ``path`` and its backend (ValueError naming what to fix). Only
     tasks defined with ``@task`` on an OperationsBackend are found; nothing is imported for it."""
-    from operations.task_backend import registered_task
+    from operations.tasks.backend import registered_task
 
     task = registered_task(path) if isinstance(path, str) else None
     if task is None:
         raise ValueError(
             f"no django.tasks task {path!r} is registered: a schedule runs a @task defined on "
-            "operations.task_backend.OperationsBackend, in an installed app's tasks module (or a module "
+            "operations.tasks.backend.OperationsBackend, in an installed app's tasks module (or a module "
             "that app imports in AppConfig.ready()); give its module path, e.g. 'myapp.tasks.cleanup'"
         )
     return task, task.get_backend()

@@ -173,7 +173,7 @@ OPERATIONS = {
 # our queue: every @task is stored as an operation and run by `manage.py runworker`.
 TASKS = {
     "default": {
-        "BACKEND": "operations.task_backend.OperationsBackend",
+        "BACKEND": "operations.tasks.backend.OperationsBackend",
         "QUEUES": ["default", "emails"],
         "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_DELAY": 2},
     }

@@ -256,7 +256,7 @@ MUTANTS: list[Mutant] = [
     # -- schedules ---------------------------------------------------------------------------
     Mutant(
         "schedule-fire-and-advance-in-two-transactions",
-        "workqueue/schedules.py",
+        "workqueue/schedules/__init__.py",
         "            result.fired.extend(fired)\n"
         '        sql.run("schedule_advance_many", {**updates, "now": now}, using=using)',
         "            result.fired.extend(fired)\n"
@@ -498,7 +498,7 @@ MUTANTS: list[Mutant] = [
     # -- the admin's permissions (issue 35 item 2; the test comes with issue 25) ------------------
     Mutant(
         "retry-now-needs-no-permission",
-        "workqueue/admin.py",
+        "workqueue/admin/__init__.py",
         '@admin.action(description="Retry now (failed items: a new run, attempts reset)", permissions=["operate"])',
         '@admin.action(description="Retry now (failed items: a new run, attempts reset)")',
         (PERMISSIONS,),
@@ -506,7 +506,7 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "run-now-needs-no-permission",
-        "workqueue/admin.py",
+        "workqueue/admin/__init__.py",
         '@admin.action(description="Run now (scheduled items: due at once)", permissions=["operate"])',
         '@admin.action(description="Run now (scheduled items: due at once)")',
         (PERMISSIONS,),

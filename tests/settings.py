@@ -93,12 +93,12 @@ if os.environ.get("TESTS_OPERATIONS"):
 # both put Django queue "default" on workqueue queue "tasks.default".
 TASKS = {
     "default": {
-        "BACKEND": "operations.task_backend.OperationsBackend",
+        "BACKEND": "operations.tasks.backend.OperationsBackend",
         "QUEUES": ["default", "emails", "queue_1"],
         "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_DELAY": 0.2, "RETRY_BACKOFF": 1},
     },
     "other": {
-        "BACKEND": "operations.task_backend.OperationsBackend",
+        "BACKEND": "operations.tasks.backend.OperationsBackend",
         "QUEUES": ["default", "queue_1"],
         "OPTIONS": {"MAX_ATTEMPTS": 1, "OWNER": "other-owner"},
     },

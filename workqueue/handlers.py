@@ -11,7 +11,7 @@ typically in your ``AppConfig.ready()``::
 
 A coroutine function (``async def``) is run on the worker's event loop, up to
 ``--async-concurrency`` at once, beside the threads that run sync handlers (see
-``workqueue.aio``)::
+``workqueue.worker.pools.eventloop``)::
 
     @handlers.register("webhooks")
     async def deliver(item, ctx):
@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workqueue.aio import is_async
 from workqueue.conf import QUEUE_NAME
 from workqueue.exceptions import HandlerError
+from workqueue.worker.pools.eventloop import is_async
 
 
 @dataclass(frozen=True, slots=True)

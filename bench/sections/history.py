@@ -194,7 +194,7 @@ def _reap_loop(stop: threading.Event) -> dict:
     """Run ``reap`` sweeps until ``stop``: back to back while each deletes a full batch (a
     day's worth of history is past retention), then once a second."""
     from workqueue.conf import wq_settings
-    from workqueue.maintenance import run_sweep
+    from workqueue.sweeps import run_sweep
 
     deleted, sweeps = 0, 0
     try:

@@ -23,8 +23,8 @@ from operations.conf import configured_table, ops_settings
 from tests.operations.conftest import begin, claim_one, items_for
 from tests.operations.racing import InThread, deadlocks_so_far, is_deadlock
 from tests.workqueue.conftest import side_connection
-from workqueue import reaper
 from workqueue.models import WorkItem
+from workqueue.sweeps import reap as reaper
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

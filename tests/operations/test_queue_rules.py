@@ -13,8 +13,8 @@ from operations.models import Operation
 from tests.conftest import wait_until
 from tests.operations.conftest import begin, claim_one, in_thread, items_for, op_row, run_next
 from tests.testapp.models import OperationRun
-from workqueue import reaper
 from workqueue.models import WorkItem
+from workqueue.sweeps import reap as reaper
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,8 +17,8 @@ from operations import service
 from operations.models import Operation
 from tests.operations.conftest import items_for, op_row, run_next
 from tests.workqueue.conftest import run_threads
-from workqueue.maintenance import run_sweep
 from workqueue.models import WorkItem
+from workqueue.sweeps import run_sweep
 
 pytestmark = pytest.mark.django_db
 

@@ -15,10 +15,10 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.test import override_settings
 
-from workqueue import reaper
 from workqueue.models import WorkItem
 from workqueue.sql import QUERIES
 from workqueue.states import HELD_STATES, UNHELD_STATES, State
+from workqueue.sweeps import reap as reaper
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

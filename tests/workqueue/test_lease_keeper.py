@@ -14,8 +14,8 @@ from django.db.utils import OperationalError
 from tests.conftest import wait_until
 from tests.workqueue.conftest import row, side_connection
 from workqueue.exceptions import LeaseLost
-from workqueue.lease import LeaseKeeper
 from workqueue.models import WorkItem
+from workqueue.worker.lease import LeaseKeeper
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

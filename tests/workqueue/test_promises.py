@@ -19,11 +19,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from tests.conftest import wait_until
 from tests.testapp.models import Sample
 from tests.workqueue.conftest import row
-from workqueue import Permanent, Retry, handlers, keys, metrics, reaper, recovery, sql
+from workqueue import Permanent, Retry, handlers, keys, metrics, sql
 from workqueue.checks import check_maintenance
 from workqueue.environments import create_environment
 from workqueue.listener import Listener, connection_kwargs
 from workqueue.models import ApiKey, MaintenanceRun, Worker, WorkItem
+from workqueue.sweeps import reap as reaper
+from workqueue.sweeps import recover as recovery
 from workqueue.testing import database_url
 from workqueue.worker import Worker as ClaimLoop
 from workqueue.worker import WorkerOptions

@@ -24,9 +24,10 @@ from django.db import connections
 
 from tests.conftest import wait_until
 from tests.workqueue.conftest import side_connection
-from workqueue import reaper, schedules, testing
+from workqueue import schedules, testing
 from workqueue.exceptions import InvalidSchedule
 from workqueue.models import Schedule, WorkItem
+from workqueue.sweeps import reap as reaper
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,10 +16,11 @@ from django.db.models.functions import Now
 from tests.conftest import ROOT, wait_until
 from tests.testapp.models import Sample
 from tests.workqueue.conftest import row, side_connection
-from workqueue import reaper, recovery
 from workqueue.exceptions import LeaseLost
-from workqueue.lease import LeaseKeeper
 from workqueue.models import Environment, MaintenanceRun, Poller, QueueStart, Worker, WorkItem
+from workqueue.sweeps import reap as reaper
+from workqueue.sweeps import recover as recovery
+from workqueue.worker.lease import LeaseKeeper
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -19,8 +19,9 @@ from django.db import connections
 from tests.conftest import wait_until
 from tests.testapp.models import Completion, Sample
 from tests.workqueue.conftest import row
-from workqueue import listener, reaper
+from workqueue import listener
 from workqueue.models import WorkItem
+from workqueue.sweeps import reap as reaper
 from workqueue.worker import Worker, WorkerOptions
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,9 +19,9 @@ from tests.conftest import wait_until
 from tests.testapp.models import Completion, Sample
 from tests.workqueue.conftest import row
 from workqueue import listener
-from workqueue.lease import LeaseKeeper
 from workqueue.models import WorkItem
 from workqueue.worker import Worker, WorkerOptions
+from workqueue.worker.lease import LeaseKeeper
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

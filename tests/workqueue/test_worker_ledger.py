@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 from workqueue.items import Item
-from workqueue.lease import LeaseKeeper
 from workqueue.listener import Signal
+from workqueue.worker.lease import LeaseKeeper
 from workqueue.worker.ledger import Ledger
 
 

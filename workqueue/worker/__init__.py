@@ -6,7 +6,7 @@ One process, in parts (each module reads on its own):
   runner pool; a pass that filled its batch goes straight round, otherwise it waits for
   "notified, or capacity freed, or poll interval, or stop". Rides out database outages.
 - ``runners``: the runner pool (``concurrency`` threads) that calls the handlers, behind the
-  small ``RunnerPool`` interface; beside it, ``workqueue.aio.AsyncRunnerPool``, one event loop
+  small ``RunnerPool`` interface; beside it, ``workqueue.worker.pools.eventloop.AsyncRunnerPool``, one event loop
   awaiting ``async def`` handlers (up to ``async_concurrency`` at once), claimed for separately.
 - ``outcome``: ``outcome_of(exc)``, the one table from a handler's ending to what happens to
   its item (complete, retry, fail, release, lost). Pure.
@@ -16,34 +16,30 @@ One process, in parts (each module reads on its own):
 - ``ledger``: what the worker holds (one ``Hold`` per claim) and its counters, behind one lock.
 - ``context``: the ``Context`` a handler gets beside its item.
 
-Beside them run the lease keeper (``workqueue.lease``), which renews what is held, and the
+Beside them run the lease keeper (``workqueue.worker.lease``), which renews what is held, and the
 process's shared LISTEN connection (``workqueue.listener``), which wakes the claim loop.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import socket
-import threading
-import uuid
-from dataclasses import dataclass, field
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from django.db import DEFAULT_DB_ALIAS, connections
-
-from workqueue import controls
-from workqueue import handlers as registry
-from workqueue import listener as listener_mod
-from workqueue.aio import AsyncRunnerPool
-from workqueue.conf import wq_settings
-from workqueue.lease import LeaseKeeper
-from workqueue.worker.claim_loop import ClaimLoop
-from workqueue.worker.context import Context
-from workqueue.worker.ledger import Ledger
-from workqueue.worker.outcome import Action, Outcome, connection_losses, failure_of, outcome_of
-from workqueue.worker.runners import RunnerPool, Runs, ThreadRunnerPool
-from workqueue.worker.settler import Settler
-from workqueue.worker.shutdown import Shutdown
+#: Each public name and the module it lives in, imported on first use (PEP 562), so that
+#: ``workqueue.handlers`` may import a pool's helpers without pulling the whole worker in.
+_NAMES = {
+    "Action": "workqueue.worker.outcome",
+    "Outcome": "workqueue.worker.outcome",
+    "connection_losses": "workqueue.worker.outcome",
+    "failure_of": "workqueue.worker.outcome",
+    "outcome_of": "workqueue.worker.outcome",
+    "Context": "workqueue.worker.context",
+    "RunnerPool": "workqueue.worker.pools.base",
+    "Worker": "workqueue.worker.process",
+    "WorkerOptions": "workqueue.worker.process",
+    "default_worker_id": "workqueue.worker.process",
+    "run_worker": "workqueue.worker.process",
+}
 
 __all__ = [
     "Action",
@@ -59,196 +55,16 @@ __all__ = [
     "run_worker",
 ]
 
-log = logging.getLogger("workqueue.worker")
+if TYPE_CHECKING:
+    from workqueue.worker.context import Context
+    from workqueue.worker.outcome import Action, Outcome, connection_losses, failure_of, outcome_of
+    from workqueue.worker.pools.base import RunnerPool
+    from workqueue.worker.process import Worker, WorkerOptions, default_worker_id, run_worker
 
 
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-@dataclass
-class WorkerOptions:
-    queues: list[str] = field(default_factory=list)
-    concurrency: int | None = None
-    async_concurrency: int | None = None  # async def handlers at once on the event loop
-    batch: int | None = None
-    poll: float | None = None
-    max_items: int | None = None
-    max_seconds: float | None = None
-    worker_id: str | None = None
-    grace: float | None = None
-    using: str = DEFAULT_DB_ALIAS
-    install_signals: bool = True
-    maintenance: float | None = None  # seconds between recover+reap runs (None = off)
-
-
-class Worker:
-    """A claim loop over some queues; ``run()`` blocks until it is told to stop."""
-
-    def __init__(self, options: WorkerOptions):
-        conf = wq_settings()
-        self.options = options
-        self.using = options.using
-        self.queues = sorted(options.queues or registry.queues())
-        missing = [q for q in self.queues if registry.get(q) is None]
-        if missing:
-            raise ValueError(
-                f"no handler registered for queue(s) {', '.join(missing)}; "
-                f"registered: {', '.join(registry.queues()) or '(none)'}"
-            )
-        if not self.queues:
-            raise ValueError("no queues to serve: register a handler with workqueue.handlers.register()")
-        self.worker_id = options.worker_id or default_worker_id()
-        self.concurrency = options.concurrency or conf.concurrency
-        self.batch = options.batch or conf.batch
-        self.poll = options.poll if options.poll is not None else conf.poll_interval
-        self.grace = options.grace if options.grace is not None else conf.shutdown_grace
-        # Keep up to one batch claimed ahead of the runners, and claim again once half of
-        # it has started, so runners never sit idle while a claim is on the wire.
-        self.max_inflight = max(self.batch, self.concurrency) + max(1, self.batch // 2)
-        self.refill_at = self.max_inflight - max(1, self.batch // 2)
-        # async def handlers run on an event loop (workqueue.aio), their queues claimed for separately.
-        self.loop_queues = [q for q in self.queues if (h := registry.get(q)) is not None and h.is_async]
-        self.async_concurrency = options.async_concurrency or conf.async_concurrency
-        # The loop claims again once a quarter of its slots are free: a claim per few items
-        # finished would cost more than the items (these runs are short waits, many at once).
-        loop_refill_at = self.async_concurrency - max(1, self.async_concurrency // 4)
-        self.keeper = LeaseKeeper(using=self.using)
-        self.wake = listener_mod.Signal()
-        self.ledger = Ledger(
-            self.keeper,
-            self.wake,
-            max_inflight=self.max_inflight,
-            refill_at=self.refill_at,
-            max_on_loop=self.async_concurrency,
-            loop_refill_at=loop_refill_at,
-        )
-        self.shutdown = Shutdown(grace=self.grace, wake=self.wake)
-        self.settler = Settler(self.ledger, using=self.using, batch=self.batch)
-        runs = Runs(
-            self.ledger,
-            self.settler,
-            self.keeper,
-            draining=self.shutdown.draining,
-            worker_id=self.worker_id,
-            using=self.using,
-        )
-        self.pool: RunnerPool = ThreadRunnerPool(runs, self.concurrency)
-        self._runs = runs
-        self._loop_pool: AsyncRunnerPool | None = None
-        self._loop_lock = threading.Lock()
-        runs.loop = self.loop_pool
-        self.claim_loop = ClaimLoop(
-            queues=self.queues,
-            worker_id=self.worker_id,
-            using=self.using,
-            poll=self.poll,
-            max_items=options.max_items,
-            max_seconds=options.max_seconds,
-            maintenance=options.maintenance,
-            ledger=self.ledger,
-            keeper=self.keeper,
-            pool=self.pool,
-            wake=self.wake,
-            stopping=self.shutdown.stopping,
-            loop_queues=self.loop_queues,
-            loop_pool=self.loop_pool,
-        )
-        self._queue_set = set(self.queues)
-        self._listen_token: int | None = None
-
-    # What it has done so far (read by runworker's summary, tests, the heartbeat).
-    @property
-    def inflight(self) -> int:
-        return self.ledger.inflight
-
-    @property
-    def processed(self) -> int:
-        return self.ledger.processed
-
-    @property
-    def succeeded(self) -> int:
-        return self.ledger.succeeded
-
-    @property
-    def failed(self) -> int:
-        return self.ledger.failed
-
-    @property
-    def lost(self) -> int:
-        return self.ledger.lost
-
-    @property
-    def claims(self) -> int:
-        return self.claim_loop.claims
-
-    def loop_pool(self) -> AsyncRunnerPool:
-        """The event-loop pool, started on first use (async queues, or a run handed on to it)."""
-        with self._loop_lock:
-            if self._loop_pool is None:
-                self._loop_pool = AsyncRunnerPool(self._runs, self.async_concurrency)
-                self._loop_pool.start()
-            return self._loop_pool
-
-    def request_stop(self) -> None:
-        """Stop claiming and drain (what the first SIGTERM does)."""
-        self.shutdown.request_stop()
-
-    def _on_notify(self, payload: str | None) -> None:
-        if payload == controls.CONTROLS_NOTIFY:
-            controls.invalidate()  # an operator changed a queue's controls: read them afresh
-            self.claim_loop.notified(None)  # a resumed or raised limit: look at every queue again
-            self.wake.set()
-        elif payload is None or payload in self._queue_set:
-            self.claim_loop.notified(payload)
-            self.wake.set()
-
-    def run(self) -> int:
-        if self.options.install_signals and threading.current_thread() is threading.main_thread():
-            self.shutdown.install_signals()
-        listener = listener_mod.shared()
-        self._listen_token = listener.subscribe(wq_settings().notify_channel, self._on_notify)
-        self.pool.start()
-        if self.loop_queues:
-            self.loop_pool()
-        self.settler.start()
-        log.info(
-            "worker %s serving %s (concurrency %d%s, batch %d, poll %.1fs)",
-            self.worker_id,
-            ", ".join(self.queues),
-            self.concurrency,
-            f", async concurrency {self.async_concurrency}" if self.loop_queues else "",
-            self.batch,
-            self.poll,
-        )
-        listener.wait_connected(5.0)
-        try:
-            self.claim_loop.run()
-        finally:
-            self._stop()
-        return 0
-
-    def _stop(self) -> None:
-        self.shutdown.stopping.set()
-        if self._listen_token is not None:
-            listener_mod.shared().unsubscribe(self._listen_token)
-        pools = [self.pool] if self._loop_pool is None else [self.pool, self._loop_pool]
-        self.shutdown.drain(pools=pools, settler=self.settler, ledger=self.ledger, keeper=self.keeper)
-        self.keeper.close()
-        try:
-            self.claim_loop.beat("stopped", force=True)
-        except Exception:
-            pass
-        log.info(
-            "worker %s stopped: %d processed (%d failed, %d leases lost)",
-            self.worker_id,
-            self.processed,
-            self.failed,
-            self.lost,
-        )
-        connections.close_all()
-
-
-def run_worker(options: WorkerOptions) -> int:
-    """Build a Worker and run it; the entry point ``runworker`` calls."""
-    return Worker(options).run()
+def __getattr__(name: str) -> Any:
+    if name not in _NAMES:
+        raise AttributeError(f"module 'workqueue.worker' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_NAMES[name]), name)
+    globals()[name] = value
+    return value

@@ -26,11 +26,11 @@ from django.db import connections
 from workqueue import controls, store
 from workqueue.conf import wq_settings
 from workqueue.items import Item
-from workqueue.lease import Hold, LeaseKeeper
 from workqueue.listener import Signal
+from workqueue.worker.lease import Hold, LeaseKeeper
 from workqueue.worker.ledger import Ledger
 from workqueue.worker.outcome import DB_ERRORS
-from workqueue.worker.runners import RunnerPool, drop_if_broken
+from workqueue.worker.pools.base import RunnerPool, drop_if_broken
 
 log = logging.getLogger("workqueue.worker")
 
@@ -249,7 +249,7 @@ class ClaimLoop:
         if not every or time.monotonic() - self._last_maintenance < every:
             return
         self._last_maintenance = time.monotonic()
-        from workqueue import maintenance
+        from workqueue import sweeps as maintenance
 
         for name in ("recover", "reap"):
             try:

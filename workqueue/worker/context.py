@@ -7,7 +7,7 @@ import threading
 from django.db import transaction
 
 from workqueue.items import Item
-from workqueue.lease import Hold
+from workqueue.worker.lease import Hold
 
 
 class Context:

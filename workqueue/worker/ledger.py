@@ -6,7 +6,7 @@ operator requeued it). A hold enters at the claim (``claimed``), is running whil
 has it (``start`` .. ``stopped``) and leaves once (``finished`` or ``given_back``).
 
 Two lanes share the ledger: the runner threads and the event loop (``async def`` handlers,
-``workqueue.aio``). Each has its own capacity, so a full loop never stops the threads from
+``workqueue.worker.pools.eventloop``). Each has its own capacity, so a full loop never stops the threads from
 claiming and the other way round; ``to_loop`` moves a run whose sync handler handed its work
 on as a coroutine (an async operation or task) from the threads' lane to the loop's.
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import threading
 
-from workqueue.lease import Hold, LeaseKeeper
 from workqueue.listener import Signal
 from workqueue.worker.context import Context
+from workqueue.worker.lease import Hold, LeaseKeeper
 
 
 class Ledger:

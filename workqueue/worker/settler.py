@@ -20,8 +20,8 @@ from django.db import connections
 from workqueue.conf import wq_settings
 from workqueue.exceptions import LeaseLost
 from workqueue.items import Item
-from workqueue.lease import Hold
 from workqueue.worker.context import Context
+from workqueue.worker.lease import Hold
 from workqueue.worker.ledger import Ledger
 from workqueue.worker.outcome import DB_ERRORS, Action, lost_connection_error, outcome_of
 

@@ -15,10 +15,10 @@ import signal
 import threading
 import time
 
-from workqueue.lease import LeaseKeeper
 from workqueue.listener import Signal
+from workqueue.worker.lease import LeaseKeeper
 from workqueue.worker.ledger import Ledger
-from workqueue.worker.runners import RunnerPool
+from workqueue.worker.pools.base import RunnerPool
 from workqueue.worker.settler import Settler
 
 log = logging.getLogger("workqueue.worker")

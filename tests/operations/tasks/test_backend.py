@@ -14,9 +14,9 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from operations._tasks_compat import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends
 from operations.models import Operation
-from operations.task_backend import OperationsBackend, cancel
+from operations.tasks.backend import OperationsBackend, cancel
+from operations.tasks.compat import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends
 from tests.conftest import wait_until
 from tests.testapp import tasks
 from workqueue.models import WorkItem
@@ -144,7 +144,7 @@ def test_unknown_queue_names_are_refused_and_results_are_scoped_to_tasks():
 def test_bad_options_and_queue_names_are_named_by_manage_py_check():
     bad = {
         "default": {
-            "BACKEND": "operations.task_backend.OperationsBackend",
+            "BACKEND": "operations.tasks.backend.OperationsBackend",
             "QUEUES": ["default", "no spaces"],
             "OPTIONS": {"MAX_ATTEMPTS": 0, "RETRY_BACKOFF": 0.5, "BOGUS": 1},
         }
@@ -224,7 +224,7 @@ def test_cancelling_a_running_task_stops_it_when_it_looks(start_worker):
 def signals_seen():
     """task_started / task_finished as this process sees them: (signal, id, status, return value)."""
     from operations import reporter as reporter_mod
-    from operations._tasks_compat import task_finished, task_started
+    from operations.tasks.compat import task_finished, task_started
 
     seen = []
 
@@ -286,7 +286,7 @@ def run_inline_until_finished(*results, queue="tasks.default"):
 def finished_seen():
     """What a task_finished receiver sees: its payload, and what get_result says at that moment."""
     from operations import reporter as reporter_mod
-    from operations._tasks_compat import task_finished
+    from operations.tasks.compat import task_finished
 
     seen = {}
 
@@ -419,7 +419,7 @@ def test_keyboard_interrupt_in_a_task_fails_it_and_the_single_runner_goes_on(sta
 
 @pytest.mark.django_db(transaction=True)
 def test_non_json_arguments_raise_an_error_that_is_both_invalid_task_and_type_error():
-    from operations.task_backend import InvalidTaskArguments
+    from operations.tasks.backend import InvalidTaskArguments
 
     for bad in (dt.datetime.now(), object()):
         with pytest.raises(TypeError, match="Unsupported type") as caught:
@@ -441,7 +441,7 @@ def test_a_whole_float_priority_is_accepted_as_django_accepts_it():
 
 @pytest.mark.django_db(transaction=True)
 def test_an_empty_queues_list_is_refused_by_check_and_at_enqueue():
-    empty = {"default": {"BACKEND": "operations.task_backend.OperationsBackend", "QUEUES": []}}
+    empty = {"default": {"BACKEND": "operations.tasks.backend.OperationsBackend", "QUEUES": []}}
     with override_settings(TASKS=empty):
         [message] = [m for m in checks.run_checks() if m.id == "operations.E103"]
         assert "QUEUES" in message.msg and "wait forever" in message.msg
@@ -466,7 +466,7 @@ def test_task_kinds_made_on_demand_are_not_listed_as_registered_kinds():
 def test_the_group_kwarg_option_puts_each_task_in_its_arguments_group():
     grouped = {
         "default": {
-            "BACKEND": "operations.task_backend.OperationsBackend",
+            "BACKEND": "operations.tasks.backend.OperationsBackend",
             "QUEUES": ["default", "emails"],
             "OPTIONS": {"GROUP_KWARG": "subject"},
         }

@@ -47,7 +47,9 @@ from django.test import override_settings
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from operations._tasks_compat import (
+from operations.models import Operation
+from operations.tasks.backend import OperationsBackend, OperationTask
+from operations.tasks.compat import (
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
@@ -56,8 +58,6 @@ from operations._tasks_compat import (
     task_finished,
     task_started,
 )
-from operations.models import Operation
-from operations.task_backend import OperationsBackend, OperationTask
 from tests.operations.tasks.conftest import run_inline, wait_finished
 from tests.testapp import tasks
 from workqueue.models import WorkItem
@@ -219,7 +219,7 @@ def test_unknown_queue_name():
 def test_unknown_queue_name_with_empty_queues_is_refused_at_enqueue():
     # Django: QUEUES [] bypasses the queue check. Ours passes validate_task too, but refuses to
     # enqueue onto a queue no worker would serve (and manage.py check says why, E103).
-    settings = {**_tasks_setting(), "any": {"BACKEND": "operations.task_backend.OperationsBackend", "QUEUES": []}}
+    settings = {**_tasks_setting(), "any": {"BACKEND": "operations.tasks.backend.OperationsBackend", "QUEUES": []}}
     with override_settings(TASKS=settings):
         anywhere = tasks.noop.using(queue_name="queue-2", backend="any")
         assert anywhere.queue_name == "queue-2"

@@ -11,7 +11,8 @@ from django.urls import reverse
 from django.utils.html import strip_tags
 
 from tests.workqueue.admin.conftest import make_item
-from workqueue import dashboard, sql
+from workqueue import sql
+from workqueue.admin import snapshot as dashboard
 from workqueue.environments import create_environment
 from workqueue.models import MaintenanceRun, Poller, State, Worker, WorkItem
 

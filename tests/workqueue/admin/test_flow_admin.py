@@ -12,8 +12,8 @@ from django.db.models.functions import Now
 from django.urls import reverse
 
 from tests.workqueue.admin.conftest import make_item
-from workqueue import admin as wq_admin
 from workqueue import controls
+from workqueue.admin import items as wq_admin
 from workqueue.models import QueueControl, State, WorkItem
 
 DASHBOARD = reverse("admin:workqueue_dashboard")

@@ -12,8 +12,8 @@ from django.urls import reverse
 
 from tests.conftest import statements_run
 from tests.workqueue.admin.conftest import make_item
-from workqueue import admin as wq_admin
-from workqueue.admin import OUTCOME_TONES, STATE_TONES, SituationFilter, state_badge
+from workqueue.admin import OUTCOME_TONES, STATE_TONES, EstimatedCountPaginator, SituationFilter, state_badge
+from workqueue.admin import items as wq_admin
 from workqueue.models import Outcome, State, WorkItem
 
 pytestmark = pytest.mark.django_db
@@ -170,7 +170,7 @@ def test_the_unfiltered_list_reads_the_planner_estimate_instead_of_counting(admi
         make_item("test.noop", f"k{i}")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE work_items")
-    monkeypatch.setattr(wq_admin.EstimatedCountPaginator, "exact_up_to", 3)
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_up_to", 3)
     with statements_run() as texts:
         response = admin_client.get(CHANGELIST)
     assert counts_over_work_items(texts) == []
@@ -179,7 +179,7 @@ def test_the_unfiltered_list_reads_the_planner_estimate_instead_of_counting(admi
 
 
 def test_no_list_counts_more_rows_than_its_bound(admin_client, monkeypatch):
-    monkeypatch.setattr(wq_admin.EstimatedCountPaginator, "exact_up_to", 3)
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_up_to", 3)
     for i in range(5):
         make_item("test.noop", f"k{i}")
     for params in ({}, {"state__exact": "queued"}, {"stuck": "yes"}, {"q": "k1"}):

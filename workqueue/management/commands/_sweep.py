@@ -4,8 +4,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from workqueue.maintenance import run_sweep
 from workqueue.management.commands._console import console_logging
+from workqueue.sweeps import run_sweep
 
 
 class SweepCommand(BaseCommand):

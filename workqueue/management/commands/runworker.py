@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from workqueue import values
 from workqueue.management.commands._console import console_logging
-from workqueue.scheduler import Scheduler
+from workqueue.schedules.loop import Scheduler
 from workqueue.worker import WorkerOptions, run_worker
 
 COUNT = values.argument(values.count)
@@ -52,7 +52,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         try:
             with console_logging(self, opts["verbosity"]):
-                # Schedules: a separate loop on its own thread and connection (workqueue.scheduler).
+                # Schedules: a separate loop on its own thread and connection (workqueue.schedules.loop).
                 scheduler = None if opts["no_schedules"] else Scheduler(poll=opts["poll"]).start()
                 try:
                     code = run_worker(

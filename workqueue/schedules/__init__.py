@@ -1,7 +1,7 @@
 """Schedules: periodic work that fires exactly once per slot across the whole fleet.
 
 There is no leader and no beat process. Every ``runworker`` runs a small scheduler loop
-(``workqueue.scheduler``) and ``manage.py schedules tick`` runs one pass; any number of them
+(``workqueue.schedules.loop``) and ``manage.py schedules tick`` runs one pass; any number of them
 may run at once. A pass (:func:`fire_due`) is short transactions that each take a bounded
 batch of due schedules with ``FOR UPDATE SKIP LOCKED``, enqueue each due slot's work under a
 key that is the same for everyone who could fire it (``{name}:{slot UTC ISO}Z``), and advance

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from workqueue import schedules, values
-from workqueue.admin import GuardedModelAdmin
+from workqueue.admin.base import GuardedModelAdmin
 from workqueue.exceptions import InvalidInput, InvalidSchedule
 from workqueue.models import Schedule, WorkItem
 from workqueue.templatetags.workqueue_admin import DASH, badge, duration, seconds_between

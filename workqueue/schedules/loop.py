@@ -18,7 +18,7 @@ from workqueue import listener as listener_mod
 from workqueue import schedules
 from workqueue.conf import wq_settings
 
-log = logging.getLogger("workqueue.scheduler")
+log = logging.getLogger("workqueue.schedules.loop")
 
 PAYLOAD = "#schedules"
 

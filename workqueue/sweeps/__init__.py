@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from workqueue import hooks, reaper, recovery, store
+from workqueue import hooks, store
+from workqueue.sweeps import reap as reaper
+from workqueue.sweeps import recover as recovery
 
-log = logging.getLogger("workqueue.maintenance")
+log = logging.getLogger("workqueue.sweeps")
 
 BUILTIN = {"recover": recovery.recover, "reap": reaper.reap}
 

@@ -5,7 +5,7 @@ coroutine function (or when a sync handler hands its run on as a coroutine: an `
 operation kind or task). The pool runs up to ``--async-concurrency`` handlers at once (default
 ``WORKQUEUE["ASYNC_CONCURRENCY"]``, 100) on its loop, beside the threads that run sync
 handlers, so a process serving both kinds of queue does both and a sync handler never blocks
-the loop. It is a runner pool like the threads' (``workqueue.worker.runners``): the same
+the loop. It is a runner pool like the threads' (``workqueue.worker.pools``): the same
 ``Runs.begin`` / ``Runs.end`` around each handler, so every outcome rule is the same.
 
 Cancellation: the lease keeper (or a shutdown, or a lost lease) cancels a run by setting its
@@ -42,7 +42,7 @@ from django.db import connections
 
 from workqueue import tracing
 
-log = logging.getLogger("workqueue.aio")
+log = logging.getLogger("workqueue.worker.pools.eventloop")
 
 #: Seconds between the watchdog's looks at the running handlers' cancel flags.
 WATCH_INTERVAL = 0.05
@@ -122,7 +122,7 @@ class AsyncRunnerPool:
     def free(self) -> int:
         return max(0, self.concurrency - self._active)
 
-    # -- the runner pool (workqueue.worker.runners.RunnerPool) --------------------------
+    # -- the runner pool (workqueue.worker.pools.base.RunnerPool) --------------------------
 
     def submit(self, holds: list) -> None:
         """Run these claimed items' handlers on the loop (never blocks)."""

@@ -1,4 +1,4 @@
-"""The runner pool: what runs handlers.
+"""What every runner pool shares: the ``RunnerPool`` interface and the steps around a handler call.
 
 A pool takes claimed items (their ``Hold``s) from the claim loop with ``submit`` and runs
 each through the same three steps, whatever it runs them on:
@@ -9,7 +9,7 @@ each through the same three steps, whatever it runs them on:
 3. ``Runs.end(hold, ctx, exc)``: the settler decides and records what that ending means.
 
 ``ThreadRunnerPool`` runs ``concurrency`` threads, each with its own connection.
-``workqueue.aio.AsyncRunnerPool`` awaits ``async def`` handlers on an event loop and calls the
+``workqueue.worker.pools.eventloop.AsyncRunnerPool`` awaits ``async def`` handlers on an event loop and calls the
 same ``begin`` / ``end`` (off the loop whenever they may write). A sync handler that returns an
 awaitable (an ``async def`` operation kind or task) hands its run on to the loop
 (``Runs.to_loop``) and frees its thread. ``take_waiting`` hands back what was submitted but not
@@ -19,9 +19,7 @@ begun (shutdown releases it); ``stop`` ends the pool.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import queue as stdqueue
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -29,10 +27,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from django.db import connections
 
 from workqueue import handlers as registry
-from workqueue import tracing
 from workqueue.handlers import Handler
-from workqueue.lease import Hold, LeaseKeeper
 from workqueue.worker.context import Context
+from workqueue.worker.lease import Hold, LeaseKeeper
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -124,78 +121,6 @@ class Runs:
         """A runner's own error around ``hold``: never leave the item counted in flight."""
         log.exception("%r: runner error; its lease will lapse and it will be retried", hold.item)
         self.ledger.finished(hold, ok=False)
-
-
-class ThreadRunnerPool:
-    """``concurrency`` threads taking holds from one queue, in claim order."""
-
-    def __init__(self, runs: Runs, concurrency: int):
-        self.runs = runs
-        self.concurrency = concurrency
-        self._queue: stdqueue.SimpleQueue[Hold | None] = stdqueue.SimpleQueue()
-        self._threads = [
-            threading.Thread(target=self._loop, name=f"workqueue-runner-{n}", daemon=True) for n in range(concurrency)
-        ]
-
-    def start(self) -> None:
-        for t in self._threads:
-            t.start()
-
-    def submit(self, holds: list[Hold]) -> None:
-        put = self._queue.put
-        for hold in holds:
-            put(hold)
-
-    def take_waiting(self) -> list[Hold]:
-        waiting: list[Hold] = []
-        while True:
-            try:
-                hold = self._queue.get_nowait()
-            except stdqueue.Empty:
-                return waiting
-            if hold is not None:
-                waiting.append(hold)
-
-    def stop(self, timeout: float) -> None:
-        for _ in self._threads:
-            self._queue.put(None)
-        for t in self._threads:
-            t.join(timeout)
-
-    def _loop(self) -> None:
-        # This thread's wrapper: Django gives each thread its own and keeps it for the thread's
-        # life (closing it keeps the wrapper), so look it up once, not per item.
-        connection = connections[self.runs.using]
-        try:
-            while True:
-                hold = self._queue.get()
-                if hold is None:
-                    return
-                try:
-                    self._run_one(hold, connection)
-                except BaseException:
-                    # Never lose a runner (a slot of capacity) or leave the item counted in flight.
-                    self.runs.crashed(hold)
-        finally:
-            connections.close_all()
-
-    def _run_one(self, hold: Hold, connection: BaseDatabaseWrapper | None = None) -> None:
-        started = self.runs.begin(hold, connection)
-        if started is None:
-            return
-        handler, ctx = started
-        traced = tracing.start_run(hold.item, self.runs.worker_id)
-        exc: BaseException | None = None
-        try:
-            returned = handler.fn(hold.item, ctx)
-        except BaseException as raised:  # every ending is the settler's to judge (outcome_of)
-            exc = raised
-        else:
-            if returned is not None and inspect.isawaitable(returned):
-                # The handler's work goes on as a coroutine: the loop awaits it, this thread is free.
-                self.runs.to_loop(hold, ctx, returned, tracing.handoff(traced))
-                return
-        tracing.end_run(traced, self.runs.end(hold, ctx, exc), exc)
 
 
 def drop_if_broken(using: str) -> None:

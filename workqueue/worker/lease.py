@@ -47,7 +47,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from workqueue.items import Item
 
-log = logging.getLogger("workqueue.lease")
+log = logging.getLogger("workqueue.worker.lease")
 
 
 class Hold:

@@ -1,0 +1,265 @@
+"""What the work queue's admin pages share: badges, the estimated-count paginator, the guards
+every view goes through, the lean change list, and the list filters."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from django.contrib import admin
+from django.contrib.admin import widgets
+from django.contrib.admin.utils import get_fields_from_path
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import BadRequest
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import Http404
+from django.urls import URLPattern
+from django.utils.functional import cached_property
+
+from workqueue import handlers
+from workqueue.admin import snapshot as dashboard
+from workqueue.conf import wq_settings
+from workqueue.models import (
+    Outcome,
+    State,
+)
+from workqueue.templatetags.workqueue_admin import badge, duration
+
+#: Badge tone of each state; a stopped item takes the tone of its outcome.
+STATE_TONES: dict[str, str] = {
+    State.QUEUED: "info",
+    State.STARTING: "ok",
+    State.ACTIVE: "ok",
+    State.STOPPING: "warn",
+    State.STOPPED: "quiet",
+}
+OUTCOME_TONES: dict[str, str] = {
+    Outcome.SUCCEEDED: "quiet",
+    Outcome.FAILED: "error",
+    Outcome.CANCELLED: "warn",
+    Outcome.STOPPED: "quiet",
+}
+#: An action refuses selections larger than this (narrow the filter instead).
+MAX_ACTION_ITEMS = 10_000
+#: The bulk actions "retry now" and "run now" change at most this many items per run (the
+#: oldest first), so one over a million-row filter never times out; run it again for more.
+BULK_ACTION_CAP = 5_000
+
+
+def state_badge(state: str, outcome: str | None = None) -> str:
+    """The badge of a work item's state (with its outcome once stopped)."""
+    if state == State.STOPPED and outcome:
+        return badge(f"{state} · {outcome}", OUTCOME_TONES[outcome])
+    return badge(state, STATE_TONES[state])
+
+
+class EstimatedCountPaginator(Paginator):
+    """A paginator that never counts more than ``exact_up_to + 1`` rows.
+
+    Unfiltered, a large table's size comes from ``pg_class.reltuples`` (no COUNT at all);
+    otherwise rows are counted up to the bound, and past it the planner's estimate for the
+    filtered query is shown as "about N".
+    """
+
+    exact_up_to = 10_000
+    estimated = False
+
+    @cached_property
+    def count(self) -> int:
+        qs = self.object_list
+        assert isinstance(qs, QuerySet), "the admin paginates querysets"
+        unfiltered = not qs.query.where
+        estimate = dashboard.table_estimate(qs.model._meta.db_table, using=qs.db) if unfiltered else None
+        if estimate is not None and estimate > self.exact_up_to:
+            self.estimated = True
+            return estimate
+        # Small, never analyzed, or filtered: count, but never past the bound. (A stale small
+        # estimate must not stand: the admin lists every row at once when it thinks they fit.)
+        counted = qs.order_by()[: self.exact_up_to + 1].count()
+        if counted <= self.exact_up_to:
+            return counted
+        self.estimated = True
+        if not unfiltered:
+            plan = json.loads(qs.order_by().explain(format="json"))
+            estimate = int(plan[0]["Plan"]["Plan Rows"])
+        return max(estimate or 0, counted)
+
+
+def _has_nul(values) -> bool:
+    return any("\x00" in v for v in values if isinstance(v, str))
+
+
+def checks_its_own_ids(view):
+    """Mark an admin view that answers a bad object id itself (e.g. in a JSON error envelope),
+    so the NUL guard leaves the path to it; query and form parameters are still guarded."""
+    view.checks_its_own_ids = True
+    return view
+
+
+def _guard(view):
+    """Refuse text PostgreSQL cannot take before a view turns it into a query: a NUL byte in
+    any query or form parameter (name or value) is a 400, in an object id a 404."""
+
+    @functools.wraps(view)
+    def guarded(request, *args, **kwargs):
+        for params in (request.GET, request.POST) if request.method == "POST" else (request.GET,):
+            for name, given in params.lists():
+                if "\x00" in name or _has_nul(given):
+                    raise BadRequest("a query or form parameter holds a NUL byte")
+        if not getattr(view, "checks_its_own_ids", False) and (_has_nul(args) or _has_nul(kwargs.values())):
+            raise Http404("no object has an id with a NUL byte")
+        return view(request, *args, **kwargs)
+
+    return guarded
+
+
+class GuardedModelAdmin(admin.ModelAdmin):
+    """The base of every ModelAdmin of both apps: bad input is a 400 or a 404, never a 500.
+
+    - Every URL the admin serves for this model (its own and any ``get_urls()`` adds) refuses
+      a NUL byte in a parameter (400) or an object id (404): PostgreSQL text cannot hold one,
+      so it would otherwise reach the database as an error.
+    - ``?field__lookup=`` reaches only the lookups the change list's own filters use
+      (:meth:`filter_parameters`); any other is Django's 400 (``DisallowedModelAdminLookup``).
+      Django would otherwise allow a lookup on any local field: a prefix oracle on stored key
+      hashes (``key_hash__startswith``), a search of what the apps never show (``request``),
+      or an unindexed scan (``metadata__icontains``) of a table of millions of rows.
+    """
+
+    @property
+    def urls(self):
+        patterns = self.get_urls()
+        for pattern in patterns:
+            if isinstance(pattern, URLPattern):
+                pattern.callback = _guard(pattern.callback)
+        return patterns
+
+    def filter_parameters(self, request) -> set[str]:
+        """The query parameters this change list's filters read, as their own links write them."""
+        names: set[str] = set()
+        for item in self.get_list_filter(request):
+            if isinstance(item, type) and issubclass(item, admin.SimpleListFilter):
+                if item.parameter_name:
+                    names.add(item.parameter_name)
+                continue
+            path = item[0] if isinstance(item, list | tuple) else item
+            if not isinstance(path, str):
+                continue  # a Field object given directly: none of ours
+            field = get_fields_from_path(self.model, path)[-1]
+            # What Django's field filters read: choices and boolean `{path}__exact`, all-values
+            # `{path}`, related `{path}__{pk}__exact`, and each `{path}__isnull`.
+            names |= {path, f"{path}__exact", f"{path}__isnull"}
+            target = getattr(field, "target_field", None)
+            if field.is_relation and target is not None:
+                names.add(f"{path}__{target.name}__exact")
+        return names
+
+    def lookup_allowed(self, lookup, value, request=None):
+        if request is not None and lookup in self.filter_parameters(request):
+            return True
+        # Django's own allowance for a raw-id popup's limit_choices_to (another admin's widget).
+        for fk_lookup in self.model._meta.related_fkey_lookups:
+            if callable(fk_lookup):
+                fk_lookup = fk_lookup()
+            if (lookup, value) in widgets.url_params_from_lookup_dict(fk_lookup).items():
+                return True
+        return False
+
+
+class LeanChangeList(ChangeList):
+    """A change list that leaves out the columns its rows never show (``list_defer``)."""
+
+    def get_queryset(self, request, exclude_parameters=None):
+        queryset = super().get_queryset(request, exclude_parameters)
+        list_defer = getattr(self.model_admin, "list_defer", ())  # FastListMixin's, when it has one
+        return queryset.defer(*list_defer) if list_defer else queryset
+
+
+class FastListMixin:
+    """Change list settings that keep a list of millions of rows to bounded queries."""
+
+    paginator: type[Paginator] = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    #: Large columns the change list never shows (the change page still reads them).
+    list_defer: tuple[str, ...] = ()
+
+    def get_changelist(self, request, **kwargs):
+        return LeanChangeList
+
+
+class ReadOnlyMixin:
+    """Rows written by the queue itself: viewable, never added, edited or deleted here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class StuckFilter(admin.SimpleListFilter):
+    """Stuck items (WorkItemQuerySet.stuck()) and, narrower, those with a lapsed lease (lapsed())."""
+
+    title = "health"
+    parameter_name = "stuck"
+
+    def lookups(self, request, model_admin):
+        minutes = duration(wq_settings().stuck_after)
+        return [
+            ("yes", f"Stuck (lapsed lease, or queued {minutes} past due)"),
+            ("lapsed", "Lapsed lease"),
+        ]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.stuck()
+        if self.value() == "lapsed":
+            return queryset.lapsed()
+        return queryset
+
+
+class SituationFilter(admin.SimpleListFilter):
+    """The dashboard's columns, each a WorkItemQuerySet scope."""
+
+    title = "situation"
+    parameter_name = "situation"
+    SCOPES = {
+        "ready": "Ready (due, not reserved)",
+        "scheduled": "Scheduled (run_after ahead)",
+        "pending": "Pending (polled, not acked)",
+        "running": "Running (starting or active)",
+        "stopping": "Stopping",
+        "succeeded": "Succeeded",
+        "failed": "Failed",
+    }
+
+    def lookups(self, request, model_admin):
+        return list(self.SCOPES.items())
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is not None and value in self.SCOPES:
+            return getattr(queryset, value)()
+        return queryset
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Queues from the settings and the handler registry (never a DISTINCT over the table)."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request, model_admin):
+        names = set(wq_settings().queues) | set(handlers.queues())
+        value = self.value()
+        if value:
+            names.add(value)
+        return [(name, name) for name in sorted(names)]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(queue=self.value()) if self.value() else queryset

@@ -1,0 +1,319 @@
+"""The work-item change list and detail page, with their actions."""
+
+from __future__ import annotations
+
+import json
+
+import django
+from django.contrib import admin, messages
+from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied
+from django.db.models import Exists, OuterRef, Q
+from django.db.models.functions import Now
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from workqueue import controls, values
+from workqueue.admin import snapshot as dashboard
+from workqueue.admin.base import (
+    BULK_ACTION_CAP,
+    MAX_ACTION_ITEMS,
+    FastListMixin,
+    GuardedModelAdmin,
+    QueueFilter,
+    ReadOnlyMixin,
+    SituationFilter,
+    StuckFilter,
+    state_badge,
+)
+from workqueue.conf import wq_settings
+from workqueue.exceptions import InvalidInput
+from workqueue.models import (
+    QueueControl,
+    State,
+    WorkItem,
+)
+from workqueue.templatetags.workqueue_admin import DASH, badge, duration, lease_text, seconds_between
+
+
+@admin.register(WorkItem)
+class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
+    list_display = (
+        "key_display",
+        "state_display",
+        "queue",
+        "environment",
+        "priority",
+        "attempts_display",
+        "lease_display",
+        "due_display",
+        "age_display",
+    )
+    list_display_links = ("key_display",)
+    list_filter = ("state", StuckFilter, SituationFilter, QueueFilter, "environment")
+    list_select_related = ("environment",)
+    list_defer = ("last_error", "metadata", "trace_context")
+    sortable_by = ("age_display",)
+    search_fields = ("public_id", "key")
+    search_help_text = "An exact work id (work_…) or key."
+    actions = ("requeue_now", "force_stop", "retry_now", "run_now")
+    empty_value_display = DASH
+    fieldsets = (
+        (None, {"fields": ("public_id", ("queue", "key"), ("state_display", "environment"), "last_error_display")}),
+        (
+            "Scheduling",
+            {
+                "fields": (
+                    ("priority", "attempts_display", "reclaimed", "group_key"),
+                    ("run_after", "due_display"),
+                    ("wire", "handed_out"),
+                )
+            },
+        ),
+        ("Lease", {"fields": (("lease_display", "lease_expires_at", "claimed_by"),)}),
+        (
+            "Timeline",
+            {
+                "fields": (
+                    ("created_at", "age_display"),
+                    ("acknowledged_at", "started_at", "last_heartbeat_at"),
+                    ("stop_requested_at", "stopped_at"),
+                )
+            },
+        ),
+        ("Data", {"fields": ("metadata_display", "trace_context_display")}),
+    )
+    readonly_fields = (
+        "state_display",
+        "last_error_display",
+        "due_display",
+        "attempts_display",
+        "lease_display",
+        "age_display",
+        "metadata_display",
+        "trace_context_display",
+    )
+
+    def get_queryset(self, request):
+        # One database "now" per statement: every relative time on the page uses it. A
+        # queued item of a paused queue shows as paused (one primary-key probe per row).
+        paused = QueueControl.objects.filter(queue=OuterRef("queue"), paused=True)
+        return super().get_queryset(request).annotate(db_now=Now(), queue_paused=Exists(paused))
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = {**(extra_context or {}), "has_operate_permission": self.has_operate_permission(request)}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        # Exact matches only: public_id is unique-indexed; a LIKE over millions of keys is not.
+        return queryset.filter(Q(public_id=term) | Q(key=term)), False
+
+    def get_urls(self):
+        urls = [
+            path(
+                "dashboard/",
+                self.admin_site.admin_view(self.dashboard_view),
+                name=f"{self.opts.app_label}_dashboard",
+            ),
+            path(
+                "dashboard/controls/",
+                self.admin_site.admin_view(self.controls_view),
+                name=f"{self.opts.app_label}_dashboard_controls",
+            ),
+        ]
+        return urls + super().get_urls()
+
+    def controls_view(self, request):
+        """The dashboard's flow-control form: pause, resume or change a queue's overrides
+        (an empty field clears its override, back to the setting). Each change is logged."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        back = reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard")
+        queue = request.POST.get("queue", "")
+        action = request.POST.get("action", "")
+        try:
+            if action == "pause":
+                control, message = controls.pause(queue, by=request.user.get_username()), "Paused the queue."
+            elif action == "resume":
+                control, message = controls.resume(queue, by=request.user.get_username()), "Resumed the queue."
+            elif action == "save":
+                current = controls.all_controls().get(queue)
+                limits, clear = {}, []
+                for f in controls.FIELDS:
+                    value = request.POST.get(f, "").strip()
+                    if value:
+                        limits[f] = value
+                    elif current is not None and getattr(current, f) is not None:
+                        clear.append(f)
+                control = controls.write(queue, limits=limits, clear=clear, by=request.user.get_username())
+                shown = controls.effective(wq_settings().queue(queue), control)
+                message = "Limits: " + (
+                    ", ".join(f"{f}={shown.shown(f) or 'none'} ({shown.source(f)})" for f in controls.FIELDS) + "."
+                )
+            else:
+                raise InvalidInput(f"unknown action {action!r}")
+        except InvalidInput as exc:
+            self.message_user(request, f"{queue or 'Queue'}: {exc}. Nothing was changed.", messages.ERROR)
+            return HttpResponseRedirect(back)
+        row = QueueControl.objects.get(pk=control.queue)
+        self.log_change(request, row, message)
+        self.message_user(request, f"{control.queue}: {message}", messages.SUCCESS)
+        return HttpResponseRedirect(back)
+
+    def dashboard_view(self, request):
+        """The queue dashboard: per queue and per self-hosted environment, as of the database clock."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            refresh = values.count(request.GET.get("refresh", "0"), what="refresh", minimum=0)
+        except InvalidInput:
+            refresh = 0
+        context = {
+            **self.admin_site.each_context(request),
+            # Django 5.2's admin styles div.breadcrumbs; 6.x styles ol.breadcrumbs.
+            "legacy_breadcrumbs": django.VERSION < (6, 0),
+            "title": "Queue dashboard",
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "snapshot": dashboard.snapshot(),
+            "can_control": self.has_operate_permission(request),
+            "controls_url": reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard_controls"),
+            "control_fields": controls.FIELDS,
+            "refresh": min(max(refresh, 5), 300) if refresh else 0,
+            "changelist_url": reverse(f"{self.admin_site.name}:workqueue_workitem_changelist"),
+            "workers_url": reverse(f"{self.admin_site.name}:workqueue_worker_changelist"),
+            "environments_url": reverse(f"{self.admin_site.name}:workqueue_environment_changelist"),
+            "maintenance_url": reverse(f"{self.admin_site.name}:workqueue_maintenancerun_changelist"),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/workqueue/dashboard.html", context)
+
+    # -- columns ----------------------------------------------------------------------
+
+    @admin.display(description="state")
+    def state_display(self, obj):
+        if obj.state == State.QUEUED and getattr(obj, "queue_paused", False):
+            return format_html(
+                "{} {}",
+                state_badge(obj.state, obj.outcome),
+                badge("paused", "warn", "Its queue is paused: it waits, uncharged, until the queue is resumed"),
+            )
+        return state_badge(obj.state, obj.outcome)
+
+    @admin.display(description="key")
+    def key_display(self, obj):
+        if len(obj.key) <= 48:
+            return obj.key
+        return format_html('<span title="{}">{}…</span>', obj.key, obj.key[:47])
+
+    @admin.display(description="attempts")
+    def attempts_display(self, obj):
+        text = f"{obj.attempts} / {obj.max_attempts}"
+        if obj.reclaimed:
+            return format_html('{} <span class="wq-quiet" title="Its previous holder\'s lease lapsed">↻</span>', text)
+        return text
+
+    @admin.display(description="lease")
+    def lease_display(self, obj):
+        if obj.lease_expires_at is None:
+            return DASH
+        text = lease_text(obj.lease_expires_at, getattr(obj, "db_now", None))
+        if text.startswith("lapsed"):
+            return format_html('<span class="wq-lapsed" title="{}">{}</span>', obj.lease_expires_at, text)
+        return format_html('<span title="{}">{}</span>', obj.lease_expires_at, text)
+
+    @admin.display(description="due")
+    def due_display(self, obj):
+        if obj.state != State.QUEUED:
+            return DASH
+        wait = seconds_between(getattr(obj, "db_now", None), obj.run_after)
+        if wait is None:
+            return DASH
+        return f"in {duration(wait)}" if wait < 0 else ("now" if wait < 1 else f"{duration(wait)} ago")
+
+    @admin.display(description="age", ordering="-id")
+    def age_display(self, obj):
+        return duration(seconds_between(getattr(obj, "db_now", None), obj.created_at))
+
+    @admin.display(description="last error")
+    def last_error_display(self, obj):
+        return format_html('<pre class="wq-pre">{}</pre>', obj.last_error) if obj.last_error else DASH
+
+    @admin.display(description="metadata")
+    def metadata_display(self, obj):
+        return format_html('<pre class="wq-pre">{}</pre>', json.dumps(obj.metadata, indent=2, sort_keys=True))
+
+    @admin.display(description="trace context")
+    def trace_context_display(self, obj):
+        if obj.trace_context is None:
+            return DASH
+        return format_html('<pre class="wq-pre">{}</pre>', json.dumps(obj.trace_context, indent=2, sort_keys=True))
+
+    # -- actions ----------------------------------------------------------------------
+
+    def has_operate_permission(self, request):
+        """Moving items (requeue, force stop) takes the model's change permission."""
+        codename = get_permission_codename("change", self.opts)
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    def _selected_ids(self, request, queryset) -> list[int] | None:
+        ids = list(queryset.order_by().values_list("pk", flat=True)[: MAX_ACTION_ITEMS + 1])
+        if len(ids) > MAX_ACTION_ITEMS:
+            self.message_user(
+                request,
+                f"That selects more than {MAX_ACTION_ITEMS:,} work items; narrow the filters and try again. "
+                "Nothing was changed.",
+                messages.ERROR,
+            )
+            return None
+        return ids
+
+    def _report(self, request, verb: str, changed: int, selected: int, left_alone: str) -> None:
+        noun = "work item" if changed == 1 else "work items"
+        text = f"{verb} {changed:,} {noun}."
+        if selected > changed:
+            text += f" {selected - changed:,} of the {selected:,} selected {left_alone} and were left as they were."
+        self.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
+
+    @admin.action(description="Requeue now (ready at once; holders lose their leases)", permissions=["operate"])
+    def requeue_now(self, request, queryset):
+        ids = self._selected_ids(request, queryset)
+        if ids is not None:
+            changed = WorkItem.objects.requeue_now(ids)
+            self._report(request, "Requeued", len(changed), len(ids), "were stopping or stopped")
+
+    @admin.action(description="Force stop (settle as cancelled; holders lose their leases)", permissions=["operate"])
+    def force_stop(self, request, queryset):
+        ids = self._selected_ids(request, queryset)
+        if ids is not None:
+            changed = WorkItem.objects.force_stop(ids)
+            self._report(request, "Force-stopped", len(changed), len(ids), "were already stopped")
+
+    def _bulk(self, request, queryset, verb: str, noun: str, change) -> None:
+        """Apply ``change`` to the first BULK_ACTION_CAP matching items (oldest first) and say
+        how many changed, and whether the cap left some for another run."""
+        ids = list(queryset.order_by("id").values_list("pk", flat=True)[: BULK_ACTION_CAP + 1])
+        capped = len(ids) > BULK_ACTION_CAP
+        changed = len(change(ids[:BULK_ACTION_CAP])) if ids else 0
+        text = f"{verb} {changed:,} {noun} item{'s' if changed != 1 else ''}."
+        if capped:
+            text += (
+                f" More than {BULK_ACTION_CAP:,} matched: one run changes at most {BULK_ACTION_CAP:,} (the oldest); "
+                "run the action again for the rest."
+            )
+        self.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
+
+    @admin.action(description="Retry now (failed items: a new run, attempts reset)", permissions=["operate"])
+    def retry_now(self, request, queryset):
+        self._bulk(request, queryset.failed(), "Retried", "failed", WorkItem.objects.retry_now)
+
+    @admin.action(description="Run now (scheduled items: due at once)", permissions=["operate"])
+    def run_now(self, request, queryset):
+        self._bulk(request, queryset.scheduled(), "Made due", "scheduled", WorkItem.objects.run_now)

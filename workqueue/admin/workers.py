@@ -1,0 +1,108 @@
+"""Workers alive and stale, and the runs of the sweeps (recover, reap)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models.functions import Now
+from django.utils.html import format_html
+
+from workqueue.admin import snapshot as dashboard
+from workqueue.admin.base import (
+    FastListMixin,
+    GuardedModelAdmin,
+    ReadOnlyMixin,
+)
+from workqueue.conf import wq_settings
+from workqueue.models import (
+    MaintenanceRun,
+    Worker,
+)
+from workqueue.templatetags.workqueue_admin import DASH, badge, duration, seconds_between
+
+
+@admin.register(Worker)
+class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
+    list_display = (
+        "id",
+        "status_display",
+        "last_seen_display",
+        "queues_display",
+        "processed_display",
+        "failed_display",
+        "host",
+        "pid",
+    )
+    list_filter = ("state", "host")
+    search_fields = ("=id", "host")
+    show_facets = admin.ShowFacets.NEVER
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(db_now=Now())
+
+    @admin.display(description="status")
+    def status_display(self, obj):
+        if obj.state == "stopped":
+            return badge("exited", "quiet", "Stopped cleanly")
+        stale_after = wq_settings().worker_stale_after
+        if (seconds_between(obj.db_now, obj.last_seen) or 0) <= stale_after:
+            return badge("alive", "ok")
+        return badge("stale", "error", f"Not seen for more than {duration(stale_after)}")
+
+    @admin.display(description="queues")
+    def queues_display(self, obj):
+        return ", ".join(obj.queues) if obj.queues else "all registered"
+
+    @admin.display(description="processed", ordering="processed")
+    def processed_display(self, obj):
+        return f"{obj.processed:,}"
+
+    @admin.display(description="failed", ordering="failed")
+    def failed_display(self, obj):
+        return f"{obj.failed:,}"
+
+    @admin.display(description="last seen", ordering="-last_seen")
+    def last_seen_display(self, obj):
+        return format_html(
+            '<span title="{}">{} ago</span>', obj.last_seen, duration(seconds_between(obj.db_now, obj.last_seen))
+        )
+
+
+class SweepFilter(admin.SimpleListFilter):
+    """The sweeps by name, from the fixed list (never a DISTINCT over a table that keeps growing)."""
+
+    title = "sweep"
+    parameter_name = "name"
+
+    def lookups(self, request, model_admin):
+        return [(name, name) for name in dashboard.SWEEPS]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(name=self.value()) if self.value() else queryset
+
+
+@admin.register(MaintenanceRun)
+class MaintenanceRunAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
+    list_display = ("name", "started_at", "took_display", "result_display", "counts_display", "host")
+    list_filter = (SweepFilter, "ok")
+    sortable_by = ("started_at",)
+    fields = ("name", "host", "started_at", "finished_at", "took_display", "result_display", "counts", "error")
+    readonly_fields = ("took_display", "result_display")
+
+    @admin.display(description="took")
+    def took_display(self, obj):
+        seconds = seconds_between(obj.finished_at, obj.started_at)
+        if seconds is None:
+            return DASH
+        return f"{seconds:.2f} s" if seconds < 60 else duration(seconds)
+
+    @admin.display(description="result")
+    def result_display(self, obj):
+        if not obj.ok:
+            return badge("failed", "error", obj.error)
+        if obj.finished_at is None:
+            return badge("running", "info", "Running, or its process died before recording the end")
+        return badge("ok", "ok")
+
+    @admin.display(description="counts")
+    def counts_display(self, obj):
+        return " ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in (obj.counts or {}).items())

@@ -1,0 +1,1 @@
+"""Runner pools: what runs handlers (threads, an event loop)."""

@@ -1,0 +1,93 @@
+"""``ThreadRunnerPool``: ``concurrency`` threads, each with its own connection, running sync handlers."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import queue as stdqueue
+import threading
+from typing import TYPE_CHECKING
+
+from django.db import connections
+
+from workqueue import tracing
+from workqueue.worker.lease import Hold
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+from workqueue.worker.pools.base import Runs
+
+log = logging.getLogger("workqueue.worker")
+
+
+class ThreadRunnerPool:
+    """``concurrency`` threads taking holds from one queue, in claim order."""
+
+    def __init__(self, runs: Runs, concurrency: int):
+        self.runs = runs
+        self.concurrency = concurrency
+        self._queue: stdqueue.SimpleQueue[Hold | None] = stdqueue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"workqueue-runner-{n}", daemon=True) for n in range(concurrency)
+        ]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def submit(self, holds: list[Hold]) -> None:
+        put = self._queue.put
+        for hold in holds:
+            put(hold)
+
+    def take_waiting(self) -> list[Hold]:
+        waiting: list[Hold] = []
+        while True:
+            try:
+                hold = self._queue.get_nowait()
+            except stdqueue.Empty:
+                return waiting
+            if hold is not None:
+                waiting.append(hold)
+
+    def stop(self, timeout: float) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(timeout)
+
+    def _loop(self) -> None:
+        # This thread's wrapper: Django gives each thread its own and keeps it for the thread's
+        # life (closing it keeps the wrapper), so look it up once, not per item.
+        connection = connections[self.runs.using]
+        try:
+            while True:
+                hold = self._queue.get()
+                if hold is None:
+                    return
+                try:
+                    self._run_one(hold, connection)
+                except BaseException:
+                    # Never lose a runner (a slot of capacity) or leave the item counted in flight.
+                    self.runs.crashed(hold)
+        finally:
+            connections.close_all()
+
+    def _run_one(self, hold: Hold, connection: BaseDatabaseWrapper | None = None) -> None:
+        started = self.runs.begin(hold, connection)
+        if started is None:
+            return
+        handler, ctx = started
+        traced = tracing.start_run(hold.item, self.runs.worker_id)
+        exc: BaseException | None = None
+        try:
+            returned = handler.fn(hold.item, ctx)
+        except BaseException as raised:  # every ending is the settler's to judge (outcome_of)
+            exc = raised
+        else:
+            if returned is not None and inspect.isawaitable(returned):
+                # The handler's work goes on as a coroutine: the loop awaits it, this thread is free.
+                self.runs.to_loop(hold, ctx, returned, tracing.handoff(traced))
+                return
+        tracing.end_run(traced, self.runs.end(hold, ctx, exc), exc)
