@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from workqueue import keys
 from workqueue.exceptions import InvalidInput
 from workqueue.models import ApiKey, Environment
+from workqueue.wire import keys
 
 
 def create_environment(name: str, kind: str) -> tuple[Environment, str]:

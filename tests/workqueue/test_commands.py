@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 
 from tests.conftest import statements_run
-from workqueue import keys
 from workqueue.models import Environment, WorkItem
+from workqueue.wire import keys
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

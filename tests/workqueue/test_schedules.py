@@ -24,7 +24,7 @@ from django.db import connections
 
 from tests.conftest import wait_until
 from tests.workqueue.conftest import side_connection
-from workqueue import schedules, testing
+from workqueue import schedules, store, testing
 from workqueue.exceptions import InvalidSchedule
 from workqueue.models import Schedule, WorkItem
 from workqueue.sweeps import reap as reaper
@@ -115,15 +115,15 @@ def test_a_tick_while_another_firer_is_between_its_enqueue_and_its_advance_fires
     Schedule.objects.filter(name="held").update(next_slot=today, last_slot=None)
     at_advance, go = threading.Event(), threading.Event()
     firer: list[threading.Thread] = []
-    run = schedules.sql.run
+    advance = store.schedule_advance_many
 
-    def held_before_the_advance(name, *args, **kwargs):
-        if name == "schedule_advance_many" and threading.current_thread() in firer:
+    def held_before_the_advance(*args, **kwargs):
+        if threading.current_thread() in firer:
             at_advance.set()
             assert go.wait(60), "the test never let the firer go on"
-        return run(name, *args, **kwargs)
+        return advance(*args, **kwargs)
 
-    monkeypatch.setattr(schedules.sql, "run", held_before_the_advance)
+    monkeypatch.setattr(store, "schedule_advance_many", held_before_the_advance)
     fired: list[list[str]] = []
 
     def fire_now():

@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from workqueue import hooks, schedules
 from workqueue.exceptions import InvalidSchedule
 from workqueue.models import Schedule, WorkItem
+from workqueue.schedules import firing
 
 pytestmark = pytest.mark.django_db
 
@@ -184,8 +185,8 @@ def test_when_even_the_next_slot_cannot_be_computed_the_schedule_retries_in_a_mi
     def broken(*args, **kwargs):
         raise ValueError("no slots today")
 
-    monkeypatch.setattr(schedules, "due_slots", broken)
-    monkeypatch.setattr(schedules, "first_slot", broken)
+    monkeypatch.setattr(firing, "due_slots", broken)
+    monkeypatch.setattr(firing, "first_slot", broken)
     at = T0 + dt.timedelta(seconds=1)
     result = schedules.fire_due(now=at)
     assert result.errors == {"hopeless": "ValueError: no slots today"} and not result.fired
@@ -241,11 +242,11 @@ def test_tick_in_text_says_how_many_runs_fired_and_how_many_errors(monkeypatch):
 
 def _fail_firing(monkeypatch, name: str, error: Exception) -> None:
     """Make firing the schedule ``name`` raise ``error``; every other schedule fires for real."""
-    real = schedules._fire_one
+    real = firing._fire_one
 
     def fire_one(row, key, using):
         if row["name"] == name:
             raise error
         return real(row, key, using)
 
-    monkeypatch.setattr(schedules, "_fire_one", fire_one)
+    monkeypatch.setattr(firing, "_fire_one", fire_one)

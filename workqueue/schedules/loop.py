@@ -17,6 +17,7 @@ from django.db.utils import InterfaceError, OperationalError
 from workqueue import listener as listener_mod
 from workqueue import schedules
 from workqueue.conf import wq_settings
+from workqueue.exceptions import InvalidSchedule
 
 log = logging.getLogger("workqueue.schedules.loop")
 
@@ -84,7 +85,7 @@ class Scheduler:
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
-                except schedules.InvalidSchedule as exc:
+                except InvalidSchedule as exc:
                     # A bad settings schedule: manage.py check names it; fire the rest meanwhile.
                     log.error("scheduler: %s", exc)
                     synced = True

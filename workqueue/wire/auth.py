@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS
 
-from workqueue import keys, store
+from workqueue import store
+from workqueue.wire import keys
 from workqueue.wire.errors import EnvironmentNotFound, Unauthenticated
 
 ENVIRONMENT = "environment"

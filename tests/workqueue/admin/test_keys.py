@@ -8,9 +8,9 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
-from workqueue import keys
 from workqueue.environments import create_api_key, create_environment
 from workqueue.models import ApiKey, Environment
+from workqueue.wire import keys
 
 pytestmark = pytest.mark.django_db
 
