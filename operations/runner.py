@@ -40,7 +40,7 @@ from operations.exceptions import UnknownKind
 from operations.models import Operation, Result
 from operations.registry import registry
 from operations.reporter import AsyncReporter, Attempt, Reporter, flusher
-from operations.store import Hold
+from operations.store import Proof
 from workqueue import tracing
 
 log = logging.getLogger("operations.runner")
@@ -149,7 +149,7 @@ def handle(item, ctx):
     """
     conf = ops_settings()
     using = ctx.using
-    common = Hold(id=item.key, item_id=item.id, token=item.lease_token)
+    common = Proof(id=item.key, item_id=item.id, token=item.lease_token)
     with tracing.span("operations.begin", {"operations.id": item.key}) as span:
         op = store.begin(**common, lease=conf.lease, worker_id=ctx.worker_id, using=using)
         if span is not None:
@@ -234,7 +234,7 @@ async def _run_async(definition, request, reporter, op, attempt, common, ctx) ->
     await off_loop(_ended, definition, reporter, op, attempt, common, ctx, result, failure)
 
 
-def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: Hold, ctx, result, failure) -> None:
+def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: Proof, ctx, result, failure) -> None:
     """Record how a run ended (the outcome rules in this module's docstring)."""
     conf = ops_settings()
     flusher.discard(reporter)
@@ -273,7 +273,7 @@ def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: Hold, c
         raise failure
 
 
-def _succeeded(reporter: Reporter, common: Hold, result) -> str | None:
+def _succeeded(reporter: Reporter, common: Proof, result) -> str | None:
     uri, detail = "", None
     if isinstance(result, Result):
         uri, detail = result.uri or "", result.detail
@@ -311,7 +311,7 @@ def _succeeded(reporter: Reporter, common: Hold, result) -> str | None:
 
 
 def _failed(
-    reporter: Reporter, common: Hold, exc: BaseException, attempt: Attempt, delay: float, *, retryable: bool
+    reporter: Reporter, common: Proof, exc: BaseException, attempt: Attempt, delay: float, *, retryable: bool
 ) -> str | None:
     """Record a failed attempt: released for a retry (None: not an end) or ended (the state recorded)."""
     code = exc.code if isinstance(exc, Fail) else CODE_INTERNAL
@@ -349,7 +349,7 @@ def _failed(
 
 def _finish(
     reporter: Reporter,
-    common: Hold,
+    common: Proof,
     *,
     state: str,
     code: str = "",

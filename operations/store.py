@@ -49,7 +49,7 @@ QUERIES = sql.load_app("operations", Path(__file__).with_name("sql"), generated=
 Row = tuple[Any, ...]
 
 
-class Hold(TypedDict):
+class Proof(TypedDict):
     """Whose write it is: the operation, its work item and the lease proof the item is held under."""
 
     id: str

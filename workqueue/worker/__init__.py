@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 #: ``workqueue.handlers`` may import a pool's helpers without pulling the whole worker in.
 _NAMES = {
     "Action": "workqueue.worker.outcome",
-    "Outcome": "workqueue.worker.outcome",
+    "Ending": "workqueue.worker.outcome",
     "connection_losses": "workqueue.worker.outcome",
     "failure_of": "workqueue.worker.outcome",
     "outcome_of": "workqueue.worker.outcome",
@@ -44,7 +44,7 @@ _NAMES = {
 __all__ = [
     "Action",
     "Context",
-    "Outcome",
+    "Ending",
     "RunnerPool",
     "Worker",
     "WorkerOptions",
@@ -57,7 +57,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from workqueue.worker.context import Context
-    from workqueue.worker.outcome import Action, Outcome, connection_losses, failure_of, outcome_of
+    from workqueue.worker.outcome import Action, Ending, connection_losses, failure_of, outcome_of
     from workqueue.worker.pools.base import RunnerPool
     from workqueue.worker.process import Worker, WorkerOptions, default_worker_id, run_worker
 

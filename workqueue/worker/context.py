@@ -80,27 +80,29 @@ class Context:
 
     def _set_settled(self) -> None:
         self.settled = True
+        if self._hold is not None:
+            self._hold.settled()
 
     def begin_settling(self) -> None:
         """The worker is about to settle the item: a renewal that finds the proof gone is this."""
         if self._hold is not None:
-            self._hold.settling = True
+            self._hold.begin_settling()
 
     def end_run(self) -> None:
         """The handler is done: a settlement of its own that rolled back leaves the item held."""
         if self._settling and not self.settled and self._hold is not None:
-            self._hold.settling = False
+            self._hold.settling_undone()
 
     def _settle(self, write):
         # Tell the lease keeper first: once the settlement commits, a renewal finds the proof
         # gone, and that is this settlement, not a lost lease.
         if self._hold is not None:
-            self._hold.settling = True
+            self._hold.begin_settling()
         try:
             result = write()
         except BaseException:
             if self._hold is not None and not self.settled:
-                self._hold.settling = False
+                self._hold.settling_undone()
             raise
         self._settling = True
         self._mark_settled()

@@ -20,8 +20,10 @@ returns the first failure.
 A Hold stands for one claim, not one item: the keeper tells holds apart by identity and
 renews each under its own proof, so an old claim of an item and a newer claim of the same
 item (re-claimed after its lease lapsed or an operator requeued it) never stand in for each
-other. A holder about to settle its item sets ``Hold.settling`` first: once the settlement
-has taken the proof, a renewal that finds it gone is expected, not a lost lease.
+other. A hold's ``state`` (``HoldState``) says where the claim is: held, settling (its holder
+is writing the settlement: once that has taken the proof, a renewal that finds it gone is
+expected, not a lost lease), settled, released (given back) or lost (the keeper found the
+lease gone, or the holder stalled). Only the hold's methods change it.
 
 For code that claims items itself::
 
@@ -39,6 +41,7 @@ For code that claims items itself::
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
@@ -50,8 +53,24 @@ from workqueue.items import Item
 log = logging.getLogger("workqueue.worker.lease")
 
 
+class HoldState(enum.Enum):
+    """Where a claim is, as its holder and the lease keeper see it."""
+
+    HELD = "held"  # claimed: the keeper renews it
+    SETTLING = "settling"  # its holder is writing the settlement (it may still roll back)
+    SETTLED = "settled"  # the holder's own settlement committed
+    RELEASED = "released"  # given back to the queue (shutdown, a refused begin)
+    LOST = "lost"  # the lease went (renewal refused, ran out) or the holder stalled
+
+    @property
+    def proof_given_up(self) -> bool:
+        """Whether a write of the holder's took (or is taking) the proof: a renewal that finds
+        it gone is then expected, not a lost lease."""
+        return self in (HoldState.SETTLING, HoldState.SETTLED, HoldState.RELEASED)
+
+
 class Hold:
-    """One item held under a keeper: its cancellation event and its progress clock."""
+    """One item held under a keeper: its cancellation event, its progress clock and its state."""
 
     __slots__ = (
         "_event",
@@ -61,8 +80,8 @@ class Hold:
         "lease",
         "next_renewal",
         "reason",
-        "settling",
         "stall",
+        "state",
     )
 
     _create = threading.Lock()
@@ -78,8 +97,7 @@ class Hold:
         self.reason: str | None = None
         # None: the stall clock has not started (the holder has not begun the work yet).
         self.last_progress: float | None = now if started else None
-        # Set by the holder before it settles the item: a proof found gone is then its own doing.
-        self.settling = False
+        self.state = HoldState.HELD
         self.next_renewal = now + lease / 3
         # Our own estimate of when the lease runs out; only ever used to bound waiting.
         self.deadline = now + lease
@@ -105,9 +123,40 @@ class Hold:
         return event is not None and event.is_set()
 
     def cancel(self, reason: str) -> None:
+        """Tell the holder to stop (``reason``: the first one given is kept)."""
         if self.reason is None:
             self.reason = reason
         self.cancelled.set()
+
+    @property
+    def settling(self) -> bool:
+        """Whether the holder has given up the proof (see ``HoldState.proof_given_up``)."""
+        return self.state.proof_given_up
+
+    def begin_settling(self) -> None:
+        """The holder is about to write the item's settlement (or hand it to the settler)."""
+        if self.state is HoldState.HELD:
+            self.state = HoldState.SETTLING
+
+    def settling_undone(self) -> None:
+        """The holder's settlement rolled back: the item is held as before."""
+        if self.state is HoldState.SETTLING:
+            self.state = HoldState.HELD
+
+    def settled(self) -> None:
+        """The holder's own settlement committed."""
+        if self.state is HoldState.SETTLING:
+            self.state = HoldState.SETTLED
+
+    def released(self) -> None:
+        """The item is being given back to the queue (its proof goes with it)."""
+        if self.state is not HoldState.LOST:
+            self.state = HoldState.RELEASED
+
+    def lose(self, reason: str) -> None:
+        """The lease went (``lease_lost``) or the holder stalled (``stalled``): stop it."""
+        self.state = HoldState.LOST
+        self.cancel(reason)
 
 
 class LeaseKeeper:
@@ -201,7 +250,7 @@ class LeaseKeeper:
             if hold.stall is not None and since is not None and not hold.settling and now - since > hold.stall:
                 log.warning("%r stalled: no progress for %gs; no longer renewing its lease", hold.item, hold.stall)
                 self.stalled += 1
-                hold.cancel("stalled")
+                hold.lose("stalled")
                 self.drop(hold)
                 continue
             if now >= hold.next_renewal:
@@ -264,5 +313,5 @@ class LeaseKeeper:
             from workqueue.exceptions import LeaseLost
 
             self.first_failure = LeaseLost(f"{hold.item!r}: {why}")
-        hold.cancel("lease_lost")
+        hold.lose("lease_lost")
         self.drop(hold)

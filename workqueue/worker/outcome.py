@@ -49,7 +49,7 @@ class Action(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Ending:
     """What to do with an item whose handler ended: ``action``, and for a failure its record."""
 
     action: Action
@@ -62,10 +62,10 @@ class Outcome:
         return self.action is Action.FAIL
 
 
-COMPLETED = Outcome(Action.COMPLETE)
+COMPLETED = Ending(Action.COMPLETE)
 
 
-def outcome_of(exc: BaseException | None, *, connection_usable: bool = True) -> Outcome:
+def outcome_of(exc: BaseException | None, *, connection_usable: bool = True) -> Ending:
     """Map a handler's ending (``None``: it returned) to what happens to its item.
 
     ``connection_usable`` only matters for a database error: whether the runner's connection
@@ -74,14 +74,14 @@ def outcome_of(exc: BaseException | None, *, connection_usable: bool = True) -> 
     if exc is None:
         return COMPLETED
     if isinstance(exc, Retry):
-        return Outcome(Action.RETRY, str(exc), exc.delay)
+        return Ending(Action.RETRY, str(exc), exc.delay)
     if isinstance(exc, Permanent):
-        return Outcome(Action.FAIL, f"{exc.__class__.__name__}: {exc}")
+        return Ending(Action.FAIL, f"{exc.__class__.__name__}: {exc}")
     if isinstance(exc, LeaseLost):
-        return Outcome(Action.LOST)
+        return Ending(Action.LOST)
     if isinstance(exc, DB_ERRORS) and not connection_usable:
-        return Outcome(Action.RELEASE, f"{exc.__class__.__name__}: {str(exc).strip()}")
-    return Outcome(Action.RETRY, describe(exc), unexpected=True)
+        return Ending(Action.RELEASE, f"{exc.__class__.__name__}: {str(exc).strip()}")
+    return Ending(Action.RETRY, describe(exc), unexpected=True)
 
 
 def failure_of(exc: BaseException) -> tuple[str, float | None, bool]:

@@ -115,7 +115,7 @@ class Settler:
 
     def _queue_completion(self, hold: Hold) -> None:
         """Hand a returned handler's item to the settler thread to complete in its next batch."""
-        hold.settling = True
+        hold.begin_settling()
         self.ledger.returned(hold)  # not running; its runner's place is free for the next claim
         with self._cv:
             self._pending.append(hold)
@@ -253,7 +253,7 @@ class Settler:
         from workqueue.models import WorkItem
 
         for hold in holds:
-            hold.settling = True  # the release takes the proofs: not a lost lease
+            hold.released()  # the release takes the proofs: not a lost lease
         try:
             released = WorkItem.objects.db_manager(self.using).release_many([hold.item for hold in holds])
             log.info("released %d item(s) back to queued (%s)", len(released), why)
