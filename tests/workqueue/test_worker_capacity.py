@@ -84,8 +84,8 @@ def assert_full_capacity(worker: Worker) -> None:
     ledger = worker.ledger
     wait_until(lambda: ledger.inflight == 0, timeout=15, message="the worker to account for every run it claimed")
     assert (ledger.inflight, ledger.on_loop, ledger.running()) == (0, 0, [])
-    assert ledger.free() == ledger.max_inflight  # the runner threads' lane
-    assert ledger.free(on_loop=True) == ledger.max_on_loop  # the event loop's lane
+    assert ledger.free() == ledger.threads.capacity  # the runner threads' pool
+    assert ledger.free(ledger.loop) == ledger.loop.capacity  # the event loop's pool
     assert worker.keeper.holds() == []
 
 

@@ -48,11 +48,11 @@ def test_finished_many_frees_the_event_loops_lane_too():
     ledger = Ledger(keeper, wake, max_inflight=4, refill_at=2, max_on_loop=4, loop_refill_at=2)
     try:
         holds = keeper.hold_many([_item(n) for n in range(4)], lease=300, started=False)
-        ledger.claimed(holds, on_loop=True)
-        assert ledger.free(on_loop=True) == 0
+        ledger.claimed(holds, ledger.loop)
+        assert ledger.free(ledger.loop) == 0
         ledger.finished_many(holds, set())
         assert (ledger.inflight, ledger.on_loop, ledger.processed) == (0, 0, 4)
-        assert ledger.free(on_loop=True) == 4 and ledger.free() == 4
+        assert ledger.free(ledger.loop) == 4 and ledger.free() == 4
         assert wake.wait(0)
     finally:
         keeper.close()

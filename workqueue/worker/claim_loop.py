@@ -28,7 +28,7 @@ from workqueue.conf import wq_settings
 from workqueue.items import Item
 from workqueue.listener import Signal
 from workqueue.worker.lease import Hold, LeaseKeeper
-from workqueue.worker.ledger import Ledger
+from workqueue.worker.ledger import Ledger, Pool
 from workqueue.worker.outcome import DB_ERRORS
 from workqueue.worker.pools.base import RunnerPool, drop_if_broken
 
@@ -40,8 +40,8 @@ class Lane:
     """One pool's share of the claim loop: its queues, the pool it feeds, and when to claim next."""
 
     queues: list[str]
-    pool: Callable[[], RunnerPool]
-    on_loop: bool  # the event loop's pool (async def handlers), else the runner threads'
+    runners: Callable[[], RunnerPool]  # what runs its items
+    capacity: Pool  # its room and holds, in the ledger (ledger.threads or ledger.loop)
     due: float = 0.0  # time.monotonic() from which the next pass claims for it (0: at once)
     full: bool = False  # its last claim took all it asked for: there is probably more
 
@@ -73,9 +73,9 @@ class ClaimLoop:
         on_loop = set(loop_queues or [])
         self.lanes: list[Lane] = []
         if [q for q in queues if q not in on_loop]:
-            self.lanes.append(Lane([q for q in queues if q not in on_loop], lambda: pool, False))
+            self.lanes.append(Lane([q for q in queues if q not in on_loop], lambda: pool, ledger.threads))
         if on_loop and loop_pool is not None:
-            self.lanes.append(Lane([q for q in queues if q in on_loop], loop_pool, True))
+            self.lanes.append(Lane([q for q in queues if q in on_loop], loop_pool, ledger.loop))
         self._lane_of = {queue: lane for lane in self.lanes for queue in lane.queues}
         self.worker_id = worker_id
         self.using = using
@@ -169,7 +169,7 @@ class ClaimLoop:
 
     def _claim_lane(self, lane: Lane) -> None:
         lane.full = False
-        free = self.ledger.free(on_loop=lane.on_loop)
+        free = self.ledger.free(lane.capacity)
         if free and self.max_items is not None:
             free = min(free, self.max_items - self.ledger.processed - self.ledger.inflight)
         if free <= 0:
@@ -198,8 +198,8 @@ class ClaimLoop:
             log.warning("%r spent its %d attempts on lapsed leases; failed", item, item.max_attempts)
         if result.items:
             holds = self._hold(result.items)
-            self.ledger.claimed(holds, on_loop=lane.on_loop)
-            lane.pool().submit(holds)
+            self.ledger.claimed(holds, lane.capacity)
+            lane.runners().submit(holds)
 
     def _hold(self, items: list[Item]) -> list[Hold]:
         """Give the lease keeper the claimed items (each with its queue's lease), in claim order."""

@@ -14,10 +14,45 @@ on as a coroutine (an async operation or task) from the threads' lane to the loo
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 
 from workqueue.listener import Signal
 from workqueue.worker.context import Context
 from workqueue.worker.lease import Hold, LeaseKeeper
+
+
+@dataclass(eq=False)
+class Pool:
+    """One pool's capacity: its holds, how many it may hold, and when to claim again.
+
+    The claim loop claims for a pool only once no more than ``refill_at`` of its holds are
+    busy, and then up to ``capacity`` (``room()``). On the threads' pool (``overlap``) an item
+    whose handler returned no longer counts as busy while it waits for the settler, so the next
+    claim overlaps the settle instead of waiting for it; at most ``capacity`` of those on top of
+    the pool's own. Read and changed only under the ledger's lock."""
+
+    name: str
+    capacity: int
+    refill_at: int
+    overlap: bool = False
+    holds: set[Hold] = field(default_factory=set)
+    returned: set[Hold] = field(default_factory=set)  # handlers returned, waiting for the settler
+    # Whether the claim loop's last look found no room: only then does freed room wake it (a
+    # loop that found room and claimed what there was waits for a NOTIFY or its poll).
+    starved: bool = False
+
+    def room(self) -> int:
+        """How many items a claim may take for this pool now (0 until enough have started)."""
+        busy = len(self.holds) - len(self.returned)
+        if busy > self.refill_at:
+            return 0
+        if not self.overlap:
+            return self.capacity - busy
+        return min(self.capacity - busy, 2 * self.capacity - len(self.holds))
+
+    def refill(self) -> bool:
+        """Whether the claim loop, which found no room at its last look, should look again now."""
+        return self.starved and self.room() > 0
 
 
 class Ledger:
@@ -33,94 +68,73 @@ class Ledger:
     ):
         self.keeper = keeper
         self.wake = wake  # set when capacity frees up: the claim loop claims again
-        self.max_inflight = max_inflight  # the threads' lane
-        self.refill_at = refill_at
-        self.max_on_loop = max_on_loop  # the event loop's lane
-        self.loop_refill_at = loop_refill_at
+        self.threads = Pool("threads", max_inflight, refill_at, overlap=True)
+        self.loop = Pool("loop", max_on_loop, loop_refill_at)
         self._lock = threading.Lock()
-        self._holds: set[Hold] = set()  # claimed and not yet accounted for
+        self._pool_of: dict[Hold, Pool] = {}  # claimed and not yet accounted for, by its pool
         self._running: dict[Hold, Context] = {}
-        self.inflight = 0  # every claim not yet accounted for, both lanes
-        self.on_loop = 0  # of which the event loop's
-        self._loop_holds: set[Hold] = set()
-        # Per lane (threads, event loop): whether the claim loop's last look found no room. Only
-        # then does freed capacity wake it; a loop that found room and claimed what there was
-        # waits for a NOTIFY or its poll (a finished item brings no new work with it).
-        self._starved = [False, False]
-        # The threads' lane: claims whose handler returned and which wait for the settler's next
-        # batch. They need no runner any more, so the claim loop may claim in their place and
-        # the next claim overlaps the settle instead of waiting for it; at most max_inflight of
-        # them on top of the lane's own (see free()).
-        self._returned: set[Hold] = set()
         self.processed = 0
         self.succeeded = 0
         self.failed = 0
         self.lost = 0
 
-    def free(self, *, on_loop: bool = False) -> int:
-        """How many items the claim loop may claim now for a lane (0 until half a batch has started).
+    @property
+    def inflight(self) -> int:
+        """Every claim not yet accounted for, both pools."""
+        return len(self._pool_of)
 
-        On the threads' lane an item whose handler returned no longer counts against the room
-        while it waits for the settler, as long as no more than twice max_inflight are held."""
+    @property
+    def on_loop(self) -> int:
+        """Of which the event loop's."""
+        return len(self.loop.holds)
+
+    def free(self, pool: Pool | None = None) -> int:
+        """How many items the claim loop may claim now for ``pool`` (the threads' by default)."""
+        pool = self.threads if pool is None else pool
         with self._lock:
-            room = self._room(on_loop)
-            self._starved[on_loop] = room <= 0
+            room = pool.room()
+            pool.starved = room <= 0
             return room
 
-    def _room(self, on_loop: bool) -> int:
-        """A lane's room for a claim (under the lock): what free() answers."""
-        if on_loop:
-            return self.max_on_loop - self.on_loop if self.on_loop <= self.loop_refill_at else 0
-        threads = self.inflight - self.on_loop
-        busy = threads - len(self._returned)  # claimed, not yet returned
-        return 0 if busy > self.refill_at else min(self.max_inflight - busy, 2 * self.max_inflight - threads)
-
-    def _refill(self, on_loop: bool) -> bool:
-        """Whether the claim loop, which found no room in this lane at its last look, should look
-        again now (under the lock)."""
-        return self._starved[on_loop] and self._room(on_loop) > 0
-
-    def claimed(self, holds: list[Hold], *, on_loop: bool = False) -> None:
+    def claimed(self, holds: list[Hold], pool: Pool | None = None) -> None:
+        pool = self.threads if pool is None else pool
         with self._lock:
-            self.inflight += len(holds)
-            self._holds.update(holds)
-            if on_loop:
-                self.on_loop += len(holds)
-                self._loop_holds.update(holds)
+            pool.holds.update(holds)
+            for hold in holds:
+                self._pool_of[hold] = pool
 
     def to_loop(self, hold: Hold) -> None:
-        """A thread's run goes on as a coroutine on the event loop: its slot moves lanes."""
+        """A thread's run goes on as a coroutine on the event loop: its slot moves pools."""
         with self._lock:
-            if hold not in self._holds or hold in self._loop_holds:
+            if self._pool_of.get(hold) is not self.threads:
                 return
-            self._loop_holds.add(hold)
-            self.on_loop += 1
-            refill = self._refill(False)
+            self.threads.holds.discard(hold)
+            self.loop.holds.add(hold)
+            self._pool_of[hold] = self.loop
+            refill = self.threads.refill()
         if refill:
             self.wake.set()
 
     def returned(self, hold: Hold) -> None:
         """``hold``'s handler returned and its item waits for the settler's next batch: it is no
-        longer running, and on the threads' lane it no longer takes a runner's place (free())."""
+        longer running, and on the threads' pool it no longer takes a runner's place (free())."""
         with self._lock:
             self._running.pop(hold, None)
-            if hold not in self._holds or hold in self._loop_holds:
+            pool = self._pool_of.get(hold)
+            if pool is None or not pool.overlap:
                 return
-            self._returned.add(hold)
-            refill = self._refill(False)
+            pool.returned.add(hold)
+            refill = pool.refill()
         if refill:
             self.wake.set()
 
-    def _leave(self, hold: Hold) -> bool:
-        """Drop ``hold`` from its lane (under the lock); return the lane (on_loop)."""
-        self._holds.discard(hold)
-        self.inflight -= 1
-        if hold in self._loop_holds:
-            self._loop_holds.discard(hold)
-            self.on_loop -= 1
-            return True
-        self._returned.discard(hold)
-        return False
+    def _leave(self, hold: Hold) -> Pool | None:
+        """Drop ``hold`` from its pool (under the lock); return the pool."""
+        pool = self._pool_of.pop(hold, None)
+        if pool is not None:
+            pool.holds.discard(hold)
+            pool.returned.discard(hold)
+        return pool
 
     def start(self, hold: Hold, context: Context) -> bool:
         """Mark ``hold`` running under ``context``, unless it was cancelled while it waited."""
@@ -145,9 +159,10 @@ class Ledger:
     def finished(self, hold: Hold, *, ok: bool) -> None:
         """Account for a claim this worker is done with (once: a second call does nothing)."""
         with self._lock:
-            if hold not in self._holds:
+            pool = self._leave(hold)
+            if pool is None:
                 return
-            refill = self._refill(self._leave(hold))
+            refill = pool.refill()
             self.processed += 1
             if ok:
                 self.succeeded += 1
@@ -161,9 +176,9 @@ class Ledger:
         """``finished`` for a settled batch: ok unless ``id(hold.item)`` is in ``lost``. One lock,
         one lease-keeper drop and at most one wake-up for the whole batch, not one per item."""
         with self._lock:
-            mine = [hold for hold in holds if hold in self._holds]
-            lanes = {self._leave(hold) for hold in mine}  # each slot back to its own lane
-            refill = any(self._refill(on_loop) for on_loop in lanes)
+            mine = [hold for hold in holds if hold in self._pool_of]
+            pools = {self._leave(hold) for hold in mine}  # each slot back to its own pool
+            refill = any(pool.refill() for pool in pools if pool is not None)
             failed = sum(1 for hold in mine if id(hold.item) in lost) if lost else 0
             self.processed += len(mine)
             self.succeeded += len(mine) - failed
@@ -175,6 +190,5 @@ class Ledger:
     def given_back(self, hold: Hold) -> None:
         """Forget a claim released without running (not counted as processed)."""
         with self._lock:
-            if hold in self._holds:
-                self._leave(hold)
+            self._leave(hold)
         self.keeper.drop(hold)
