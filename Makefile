@@ -6,9 +6,7 @@ DEVDB   := $(PY) scripts/devdb.py run --
 PORT    ?= 8000
 PYTEST_ARGS ?=
 # A whole-suite `make test` measures branch coverage of workqueue/ and operations/ (worker
-# subprocesses included) and fails under the floor (90%, the issue's minimum: the suite measured
-# 92.2% before schedules and the hardening landed, 90.1% right after); a subset run
-# (PYTEST_ARGS=...) does not.
+# subprocesses included) and fails under COV_FLOOR; a subset run (PYTEST_ARGS=...) does not.
 COV_FLOOR ?= 90
 COV_ARGS ?= $(if $(PYTEST_ARGS),,--cov --cov-report=term-missing:skip-covered --cov-fail-under=$(COV_FLOOR))
 

@@ -243,122 +243,9 @@ def recreate_database(params: dict, name: str, *, drop_only: bool = False) -> No
 
 # -- the site's own code (not from the README: what any site adds for its own work) -------------
 
-SHOP_APPS = """from django.apps import AppConfig
-
-
-class ShopConfig(AppConfig):
-    name = "shop"
-
-    def ready(self):
-        from . import handlers, kinds  # noqa: F401  (registers the queue handler and the operation kind)
-"""
-
-SHOP_HANDLERS = """from pathlib import Path
-
-from django.conf import settings
-
-from workqueue import handlers
-
-
-@handlers.register("emails")
-def send_email(item, ctx):
-    ctx.progress()
-    with open(Path(settings.BASE_DIR) / "sent.txt", "a") as f:
-        f.write(item.key + "\\n")
-"""
-
-SHOP_KINDS = """from dataclasses import dataclass
-
-import operations
-
-
-@dataclass
-class ExportRequest:
-    account_id: int
-
-
-@operations.register("shop.export", request_type=ExportRequest, count_label="rows")
-def export(request: ExportRequest, reporter: operations.Reporter):
-    tables = ["users", "orders"]
-    reporter.set_units(len(tables))
-    for table in tables:
-        reporter.start_unit(table)
-        reporter.advance(21)
-        reporter.finish_unit()
-    return operations.Result(uri=f"file:///exports/{request.account_id}-{reporter.attempt.id}.zip")
-"""
-
-SHOP_TASKS = """try:
-    from django.tasks import task
-except ImportError:  # Django 5.2: the django-tasks backport
-    from django_tasks import task
-
-
-@task(queue_name="emails")
-def add(a, b):
-    return a + b
-"""
-
-# Runs in the site (manage.py shell -c): enqueue an operation and a task; print their ids.
-START_WORK = """
-import json, operations
-from shop.kinds import ExportRequest
-from shop.tasks import add
-op = operations.start("shop.export", ExportRequest(account_id=7), owner="1")
-result = add.enqueue(2, 3)
-print("EMBED_JSON " + json.dumps({"op": op.id, "task": result.id}))
-"""
-
-# Runs in the site after the worker: what became of the work.
-READ_OUTCOMES = """
-import json
-from operations.models import Operation
-from workqueue.models import WorkItem
-from shop.tasks import add
-ids = json.loads(%r)
-op = Operation.objects.get(pk=ids["op"])
-item = WorkItem.objects.get(queue="emails", key="welcome:1")
-result = add.get_result(ids["task"])
-print("EMBED_JSON " + json.dumps({
-    "op_state": op.state, "op_done": op.done, "op_units": [op.units_done, op.units_total],
-    "item_state": item.state, "item_outcome": item.outcome,
-    "task_status": str(result.status).rsplit(".", 1)[-1], "task_return": result.return_value,
-}))
-"""
-
-# Runs in the site: every admin URL of both apps a superuser may open, with an object where needed.
-ADMIN_URLS = """
-import json
-from django.contrib import admin
-from django.contrib.auth import get_user_model
-from django.test import RequestFactory
-from django.urls import reverse
-apps = ("workqueue", "operations")
-request = RequestFactory().get("/admin/")
-request.user = get_user_model().objects.get(username=%r)
-urls = [["index", reverse("admin:index")]] + [[a, reverse("admin:app_list", args=[a])] for a in apps]
-missing = []
-for model, model_admin in admin.site._registry.items():
-    if model._meta.app_label not in apps:
-        continue
-    obj = model._default_manager.order_by("pk").first()
-    for pattern in model_admin.get_urls():
-        name = pattern.name
-        if not name:
-            continue
-        if name.endswith("_add") and not model_admin.has_add_permission(request):
-            continue
-        if name.endswith("_delete") and not model_admin.has_delete_permission(request, obj):
-            continue
-        if "object_id" in str(pattern.pattern):
-            if obj is None:
-                missing.append(name)
-                continue
-            urls.append([name, reverse("admin:" + name, args=[obj.pk])])
-        else:
-            urls.append([name, reverse("admin:" + name)])
-print("EMBED_JSON " + json.dumps({"urls": urls, "missing": missing}))
-"""
+#: The site's own code (not from the README: what any site adds for its own work) and the
+#: scripts run in it, as real files ruff checks (scripts/embed_site/).
+EMBED_SITE = Path(__file__).with_name("embed_site")
 
 
 def embed_json(proc) -> dict:
@@ -392,8 +279,9 @@ class Site:
     def manage(self, *args, env: dict | None = None, **kwargs):
         return run([str(self.python), "manage.py", *args], cwd=self.dir, env=env or self.env, **kwargs)
 
-    def shell(self, code: str):
-        return self.manage("shell", "-c", code, quiet=True)
+    def shell(self, code: str, **env: str):
+        """Run ``code`` in the site (``manage.py shell -c``), with ``env`` added to its environment."""
+        return self.manage("shell", "-c", code, env={**self.env, **env}, quiet=True)
 
 
 def check_leg(leg: Leg, wheel: Path, steps: Steps, url: str, keep: bool) -> None:
@@ -447,13 +335,8 @@ def check_leg(leg: Leg, wheel: Path, steps: Steps, url: str, keep: bool) -> None
         recreate_database(base, db_name)
         database = {"ENGINE": "django.db.backends.postgresql", **base, "NAME": db_name}
         site.manage("startapp", "shop", quiet=True)
-        for name, text in (
-            ("apps.py", SHOP_APPS),
-            ("handlers.py", SHOP_HANDLERS),
-            ("kinds.py", SHOP_KINDS),
-            ("tasks.py", SHOP_TASKS),
-        ):
-            (site.dir / "shop" / name).write_text(text)
+        for name in ("apps.py", "handlers.py", "kinds.py", "tasks.py"):
+            (site.dir / "shop" / name).write_text((EMBED_SITE / "shop" / name).read_text())
         with settings_py.open("a") as f:
             f.write(
                 "\n\n# The site's own: its PostgreSQL database, its app, where collectstatic puts files.\n"
@@ -480,9 +363,9 @@ def check_leg(leg: Leg, wheel: Path, steps: Steps, url: str, keep: bool) -> None
         step("collectstatic collected the apps' CSS and JavaScript")
 
         site.manage("enqueue", "emails", "welcome:1", "--json", quiet=True)
-        ids = embed_json(site.shell(START_WORK))
+        ids = embed_json(site.shell((EMBED_SITE / "start_work.py").read_text()))
         site.manage("runworker", "--max-items", "3", "--max-seconds", "120", "--worker-id", f"embed-{leg.name}")
-        got = embed_json(site.shell(READ_OUTCOMES % json.dumps(ids)))
+        got = embed_json(site.shell((EMBED_SITE / "read_outcomes.py").read_text(), EMBED_IDS=json.dumps(ids)))
         want = {
             "op_state": "succeeded",
             "op_done": True,
@@ -540,7 +423,7 @@ def check_leg(leg: Leg, wheel: Path, steps: Steps, url: str, keep: bool) -> None
             json.loads(site.manage(sweep, "--json", quiet=True).stdout.strip().splitlines()[-1])
         step("recover --json and reap --json ran and printed JSON (the admin lists their runs)")
 
-        urls = embed_json(site.shell(ADMIN_URLS % ADMIN_USER))
+        urls = embed_json(site.shell((EMBED_SITE / "admin_urls.py").read_text(), EMBED_ADMIN_USER=ADMIN_USER))
         if urls["missing"]:
             raise CheckFailed(f"no object to open these admin pages with: {urls['missing']}")
         pages = check_admin(base_url, urls["urls"], ids["op"])
