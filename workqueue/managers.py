@@ -481,20 +481,36 @@ class WorkItemManager(models.Manager):
             (settled if n in done else lost).append(item)
         return settled, lost
 
-    def fail(self, item: Item, error: str, delay: float | None = None, permanent: bool = False) -> str:
+    def fail(
+        self,
+        item: Item,
+        error: str,
+        delay: float | None = None,
+        permanent: bool = False,
+        *,
+        connection_lost: bool = False,
+    ) -> str:
         """Record a failed attempt: retry after the backoff while attempts remain, else fail.
 
-        Returns ``"retried"`` or ``"failed"``; raises LeaseLost if the proof is stale.
+        ``connection_lost``: the run lost its database connection (one more loss in a row is
+        counted; any other failure ends the row). Returns ``"retried"`` or ``"failed"``;
+        raises LeaseLost if the proof is stale.
         """
         error = str(error).replace("\x00", "\\0")[:8192]
+        token = item.lease_token
         if permanent or item.attempts >= item.max_attempts:
-            rows = store.item_fail(id=item.id, token=item.lease_token, error=error, using=self.db)
+            rows = store.item_fail(id=item.id, token=token, error=error, connection_lost=connection_lost, using=self.db)
             verdict = "failed"
         else:
             if delay is None:
                 delay = wq_settings().queue(item.queue).retry_delay_for(item.attempts)
             rows = store.item_retry(
-                id=item.id, token=item.lease_token, error=error, delay=_seconds(delay, "delay"), using=self.db
+                id=item.id,
+                token=token,
+                error=error,
+                delay=_seconds(delay, "delay"),
+                connection_lost=connection_lost,
+                using=self.db,
             )
             verdict = "retried"
         if not rows:
@@ -517,6 +533,11 @@ class WorkItemManager(models.Manager):
             released = {(r[0], r[1]) for r in rows}
             hooks.items_moved([i for i in items if (i.id, i.lease_token) in released], hooks.MoveReason.RELEASED)
         return sorted({item_id for item_id, _token in released})
+
+    def connection_losses(self, item: Item) -> int | None:
+        """How many runs in a row of this held item lost their connection; None if not held."""
+        rows = store.item_connection_losses(id=item.id, token=item.lease_token, using=self.db)
+        return rows[0][0] if rows else None
 
     def release_lost_connection(self, item: Item, error: str) -> bool:
         """Give back an item whose run lost its database connection, refunding its attempt and

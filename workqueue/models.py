@@ -76,6 +76,10 @@ class WorkItem(models.Model):
     handed_out = models.BooleanField(default=False, help_text="Handed out over the wire at least once.")
     wire = models.BooleanField(default=False, help_text="Served by HTTP Poll only (self_hosted, over_wire).")
     last_error = models.TextField(blank=True, db_default="")
+    connection_losses = models.PositiveSmallIntegerField(
+        db_default=0,
+        help_text="Runs in a row that lost their database connection (CONNECTION_LOSS_REFUNDS refunds them).",
+    )
     metadata = models.JSONField(default=dict, blank=True)
     trace_context = models.JSONField(null=True, blank=True)
     claimed_by = models.CharField(max_length=200, blank=True, db_default="")

@@ -227,14 +227,22 @@ def item_complete_many(
     return _run("item_complete_many", {"ids": ids, "tokens": tokens, "outcome": outcome}, using)
 
 
-def item_retry(*, id: int, token: Token, error: str, delay: float | None, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+def item_retry(
+    *, id: int, token: Token, error: str, delay: float | None, connection_lost: bool, using: str = DEFAULT_DB_ALIAS
+) -> list[Row]:
     """``item_retry``: its id, back to queued after ``delay``; no row when the proof is stale."""
-    return _run("item_retry", {"id": id, "token": token, "error": error, "delay": delay}, using)
+    params = {"id": id, "token": token, "error": error, "delay": delay, "connection_lost": connection_lost}
+    return _run("item_retry", params, using)
 
 
-def item_fail(*, id: int, token: Token, error: str, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+def item_fail(*, id: int, token: Token, error: str, connection_lost: bool, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
     """``item_fail``: its id, failed for good; no row when the proof is stale."""
-    return _run("item_fail", {"id": id, "token": token, "error": error}, using)
+    return _run("item_fail", {"id": id, "token": token, "error": error, "connection_lost": connection_lost}, using)
+
+
+def item_connection_losses(*, id: int, token: Token, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """``item_connection_losses``: (losses in a row,) of a held item; no row when the proof is stale."""
+    return _run("item_connection_losses", {"id": id, "token": token}, using)
 
 
 def item_requeue(*, id: int, token: Token, using: str = DEFAULT_DB_ALIAS) -> list[Row]:

@@ -215,3 +215,23 @@ def test_a_keyboard_interrupt_in_a_handler_fails_its_item_and_the_only_runner_go
     proc.signal(signal.SIGTERM)
     assert proc.wait(20) == 0, proc.output()[-3000:]
     assert "handler raised KeyboardInterrupt" in proc.output()
+
+
+@pytest.mark.django_db
+def test_the_migration_carries_the_count_in_last_error_over_to_the_column():
+    """0009 moved the losses in a row out of last_error's text: an unsettled item between two
+    lost connections keeps its count; a settled one and any other error are left alone."""
+    import importlib
+
+    from django.db import connection
+
+    carry_over = importlib.import_module("workqueue.migrations.0009_connection_losses").CARRY_OVER
+    text = "database connection lost while running (2 in a row; released without charging the attempt): x"
+    WorkItem.objects.enqueue_many([("test.noop", "between"), ("test.noop", "other"), ("test.noop", "done")])
+    WorkItem.objects.filter(key="between").update(last_error=text)
+    WorkItem.objects.filter(key="other").update(last_error="builtins.ValueError: boom")
+    WorkItem.objects.filter(key="done").update(last_error=text, state="stopped", outcome="failed")
+    with connection.cursor() as cur:
+        cur.execute(carry_over)
+    got = dict(WorkItem.objects.values_list("key", "connection_losses"))
+    assert got == {"between": 2, "other": 0, "done": 0}

@@ -10,7 +10,7 @@ import pytest
 from django.db.utils import InterfaceError, OperationalError
 
 from workqueue.exceptions import LeaseLost, Permanent, Retry
-from workqueue.worker import Action, connection_losses, failure_of, outcome_of
+from workqueue.worker import Action, failure_of, outcome_of
 from workqueue.worker.outcome import LOST_CONNECTION, lost_connection_error
 
 
@@ -107,21 +107,12 @@ def test_failure_of_is_the_table_as_a_fail_call():
     assert error.startswith("builtins.RuntimeError: oops\n") and delay is None and permanent is False
 
 
-def test_connection_losses_are_counted_from_last_error():
-    assert connection_losses(None) == 0
-    assert connection_losses("ValueError: boom") == 0
-    assert connection_losses(f"{LOST_CONNECTION} (2 in a row; released without charging the attempt): x") == 2
-    assert connection_losses(f"{LOST_CONNECTION} (4 in a row; the attempt is charged): x") == 4
-
-
 def test_a_connection_loss_refunds_until_the_limit_then_charges():
-    losses, error, refund = lost_connection_error(None, "OperationalError: gone", 2)
+    losses, error, refund = lost_connection_error(0, "OperationalError: gone", 2)
     assert (losses, refund) == (1, True)
     assert error == f"{LOST_CONNECTION} (1 in a row; released without charging the attempt): OperationalError: gone"
-    losses, error, refund = lost_connection_error(error, "OperationalError: gone", 2)
+    losses, error, refund = lost_connection_error(1, "OperationalError: gone", 2)
     assert (losses, refund) == (2, True)
-    losses, error, refund = lost_connection_error(error, "OperationalError: gone", 2)
+    losses, error, refund = lost_connection_error(2, "OperationalError: gone", 2)
     assert (losses, refund) == (3, False)
     assert error == f"{LOST_CONNECTION} (3 in a row; the attempt is charged): OperationalError: gone"
-    # Another failure in between resets the count.
-    assert lost_connection_error("ValueError: boom", "x", 2)[:1] == (1,)

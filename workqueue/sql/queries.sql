@@ -201,19 +201,23 @@ RETURNING t.n;
 
 
 -- name: item_retry
--- A failed attempt with attempts left: back to queued after the backoff, proof dropped.
+-- A failed attempt with attempts left: back to queued after the backoff, proof dropped. A
+-- run that lost its connection counts one more loss in a row; any other failure ends the row.
 UPDATE work_items
 SET state = 'queued', run_after = now() + make_interval(secs => %(delay)s), lease_token = NULL,
-    lease_expires_at = NULL, last_error = %(error)s, reclaimed = false
+    lease_expires_at = NULL, last_error = %(error)s, reclaimed = false,
+    connection_losses = CASE WHEN %(connection_lost)s::bool THEN connection_losses + 1 ELSE 0 END
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_running}
 RETURNING id;
 
 
 -- name: item_fail
--- A failed attempt with no retry: settled for good with the error.
+-- A failed attempt with no retry: settled for good with the error (and the losses in a row,
+-- as item_retry counts them).
 UPDATE work_items
 SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL,
-    lease_expires_at = NULL, last_error = %(error)s
+    lease_expires_at = NULL, last_error = %(error)s,
+    connection_losses = CASE WHEN %(connection_lost)s::bool THEN connection_losses + 1 ELSE 0 END
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_held}
 RETURNING id;
 
@@ -223,7 +227,7 @@ RETURNING id;
 -- It is new work, so its attempt count starts again.
 UPDATE work_items
 SET state = 'queued', run_after = now(), lease_token = NULL, lease_expires_at = NULL,
-    attempts = 0, reclaimed = false
+    attempts = 0, reclaimed = false, connection_losses = 0
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_running}
 RETURNING id;
 
@@ -244,13 +248,21 @@ RETURNING w.id, t.token;
 -- name: item_release_lost_connection
 -- A run whose database connection died under it (a server restart, a killed backend, an
 -- idle-in-transaction timeout): back to queued with the attempt refunded, like a graceful
--- release, and the loss recorded in last_error, from which the worker counts the losses in
--- a row (WORKQUEUE["CONNECTION_LOSS_REFUNDS"]).
+-- release, one more loss in a row counted (the worker refunds WORKQUEUE["CONNECTION_LOSS_
+-- REFUNDS"] of them; item_connection_losses reads the count) and the loss in last_error.
 UPDATE work_items
 SET state = 'queued', attempts = greatest(attempts - 1, 0), lease_token = NULL,
-    lease_expires_at = NULL, reclaimed = false, claimed_by = '', last_error = %(error)s
+    lease_expires_at = NULL, reclaimed = false, claimed_by = '', last_error = %(error)s,
+    connection_losses = connection_losses + 1
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_running}
 RETURNING id;
+
+
+-- name: item_connection_losses
+-- How many runs in a row of a held item lost their database connection (nothing if the proof
+-- is stale): read only when a run has just lost its connection, never on the hot path.
+SELECT connection_losses FROM work_items
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_running};
 
 
 -- name: item_assert_held

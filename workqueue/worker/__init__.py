@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 _NAMES = {
     "Action": "workqueue.worker.outcome",
     "Ending": "workqueue.worker.outcome",
-    "connection_losses": "workqueue.worker.outcome",
     "failure_of": "workqueue.worker.outcome",
     "outcome_of": "workqueue.worker.outcome",
     "Context": "workqueue.worker.context",
@@ -48,7 +47,6 @@ __all__ = [
     "RunnerPool",
     "Worker",
     "WorkerOptions",
-    "connection_losses",
     "default_worker_id",
     "failure_of",
     "outcome_of",
@@ -57,7 +55,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from workqueue.worker.context import Context
-    from workqueue.worker.outcome import Action, Ending, connection_losses, failure_of, outcome_of
+    from workqueue.worker.outcome import Action, Ending, failure_of, outcome_of
     from workqueue.worker.pools.base import RunnerPool
     from workqueue.worker.process import Worker, WorkerOptions, default_worker_id, run_worker
 

@@ -26,7 +26,6 @@ exception in a runner, so from a handler they are that handler's failure.
 from __future__ import annotations
 
 import enum
-import re
 import traceback
 from dataclasses import dataclass
 
@@ -37,7 +36,6 @@ from workqueue.exceptions import LeaseLost, Permanent, Retry
 DB_ERRORS = (OperationalError, InterfaceError)
 
 LOST_CONNECTION = "database connection lost while running"
-_LOSSES = re.compile(re.escape(LOST_CONNECTION) + r" \((\d+) in a row")
 
 
 class Action(enum.Enum):
@@ -97,21 +95,15 @@ def describe(exc: BaseException) -> str:
     return text[:8192]
 
 
-def connection_losses(last_error: str | None) -> int:
-    """How many connection losses in a row an item's last_error records (0 for anything else)."""
-    found = _LOSSES.match(last_error or "")
-    return int(found.group(1)) if found else 0
-
-
-def lost_connection_error(last_error: str | None, detail: str, refunds: int) -> tuple[int, str, bool]:
+def lost_connection_error(losses_before: int, detail: str, refunds: int) -> tuple[int, str, bool]:
     """A connection loss: the losses in a row, the last_error it writes, and whether it refunds.
 
-    The count lives in the item's last_error, which every such loss writes and every other
-    recorded failure overwrites, so it holds across workers and restarts without a column.
-    Past ``refunds`` losses in a row each loss costs the attempt (a handler that kills its
-    own backend must not loop for ever).
+    ``losses_before`` is the item's ``connection_losses`` column (the losses in a row so far,
+    across workers and restarts; any other recorded failure sets it back to 0). Past
+    ``refunds`` losses in a row each loss costs the attempt (a handler that kills its own
+    backend must not loop for ever).
     """
-    losses = connection_losses(last_error) + 1
+    losses = losses_before + 1
     if losses > refunds:
         return losses, f"{LOST_CONNECTION} ({losses} in a row; the attempt is charged): {detail}", False
     return losses, f"{LOST_CONNECTION} ({losses} in a row; released without charging the attempt): {detail}", True

@@ -154,25 +154,30 @@ class Settler:
         past CONNECTION_LOSS_REFUNDS losses in a row each loss costs the attempt (see
         ``outcome.lost_connection_error``).
         """
-        losses, error, refund = lost_connection_error(item.last_error, detail, wq_settings().connection_loss_refunds)
-        if not refund:
-            log.warning("%r: database connection lost while running (%d in a row); charging the attempt", item, losses)
-            self._fail(item, ctx, error)
-            return
-        log.warning(
-            "%r: database connection lost while running (%d in a row); released without charging the attempt",
-            item,
-            losses,
-        )
-        ctx.begin_settling()
         from workqueue.models import WorkItem
 
-        self._write(
-            item,
-            "release it",
-            lambda: WorkItem.objects.db_manager(self.using).release_lost_connection(item, error),
-            ctx.hold,
-        )
+        manager = WorkItem.objects.db_manager(self.using)
+        refunds = wq_settings().connection_loss_refunds
+        ctx.begin_settling()
+
+        def write() -> bool:
+            before = manager.connection_losses(item)  # once the server answers again
+            if before is None:
+                return False  # no longer ours
+            losses, error, refund = lost_connection_error(before, detail, refunds)
+            if refund:
+                log.warning(
+                    "%r: database connection lost while running (%d in a row); released without charging the attempt",
+                    item,
+                    losses,
+                )
+                return manager.release_lost_connection(item, error)
+            log.warning("%r: database connection lost while running (%d in a row); charging the attempt", item, losses)
+            verdict = manager.fail(item, error, connection_lost=True)
+            log.info("%r %s: %s", item, verdict, error.splitlines()[0])
+            return True
+
+        self._write(item, "record the lost connection", write, ctx.hold)
 
     def _write(self, item: Item, what: str, write: Callable[[], bool], hold: Hold | None = None) -> None:
         """Run ``write`` (False or LeaseLost: no longer ours), retrying while the server comes back."""
