@@ -60,7 +60,7 @@ MANAGER = "tests/workqueue/test_manager.py"
 SKIPS_LOCKED = f"{MANAGER}::test_a_claim_skips_a_row_another_transaction_holds_locked_and_takes_the_others_at_once"
 SWEEPS = "tests/workqueue/test_sweeps.py"
 SCHEDULES = "tests/workqueue/test_schedules.py"
-PERMISSIONS = "tests/workqueue/admin/test_action_permissions.py"
+PERMISSIONS = "tests/workqueue/admin/test_every_action.py"
 
 
 @dataclass(frozen=True)
@@ -169,24 +169,24 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "extend-ignores-the-proof",
         "workqueue/sql/fragments.sql",
-        "WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states:running}\nRETURNING w.lease_expires_at",
-        "WHERE w.id = $id AND w.state IN {states:running}\nRETURNING w.lease_expires_at",
+        "WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states_running}\nRETURNING w.lease_expires_at",
+        "WHERE w.id = $id AND w.state IN {states_running}\nRETURNING w.lease_expires_at",
         (f"{MANAGER}::test_a_stale_proof_gets_lease_lost_from_every_holder_write_and_changes_nothing",),
         "extend (and operations' begin and flush) moves a lease whose proof is stale",
     ),
     Mutant(
         "settle-ignores-the-proof",
         "workqueue/sql/queries.sql",
-        "AND w.id = t.id AND w.lease_token = t.token AND w.state NOT IN {states:unheld}",
-        "AND w.id = t.id AND w.state NOT IN {states:unheld}",
+        "AND w.id = t.id AND w.lease_token = t.token\n  AND w.state NOT IN {states_unheld}",
+        "AND w.id = t.id\n  AND w.state NOT IN {states_unheld}",
         (f"{MANAGER}::test_batched_completion_settles_the_others_and_refuses_the_one_whose_lease_was_taken_over",),
         "a batched completion settles an item whose proof is stale",
     ),
     Mutant(
         "renew-ignores-the-proof",
         "workqueue/sql/queries.sql",
-        "    WHERE {by_pkey:w, SELECT id FROM t} AND w.lease_token = t.token AND w.state IN {states:running}",
-        "    WHERE {by_pkey:w, SELECT id FROM t} AND w.state IN {states:running}",
+        "    WHERE {by_pkey:w, SELECT id FROM t} AND w.lease_token = t.token AND w.state IN {states_running}",
+        "    WHERE {by_pkey:w, SELECT id FROM t} AND w.state IN {states_running}",
         ("tests/workqueue/test_lease_keeper.py::test_a_lost_lease_cancels_the_holder_and_is_reported_by_close",),
         "the lease keeper's renewal moves a lease whose proof is stale",
     ),
@@ -194,10 +194,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "retry-ignores-the-backoff",
         "workqueue/sql/queries.sql",
-        "SET state = 'queued', run_after = now() + make_interval(secs => %(delay)s), lease_token = NULL,\n"
-        "    lease_expires_at = NULL, last_error = %(error)s, reclaimed = false\nWHERE id = %(id)s",
-        "SET state = 'queued', run_after = now(), lease_token = NULL,\n"
-        "    lease_expires_at = NULL, last_error = %(error)s, reclaimed = false\nWHERE id = %(id)s",
+        "SET state = 'queued', run_after = now() + make_interval(secs => %(delay)s), lease_token = NULL,",
+        "SET state = 'queued', run_after = now(), lease_token = NULL,",
         (f"{MANAGER}::test_fail_retries_with_backoff_until_max_attempts_then_fails_with_the_last_error",),
         "a failed attempt is retried at once, without its backoff",
     ),
@@ -256,12 +254,11 @@ MUTANTS: list[Mutant] = [
     # -- schedules ---------------------------------------------------------------------------
     Mutant(
         "schedule-fire-and-advance-in-two-transactions",
-        "workqueue/schedules/__init__.py",
-        "            result.fired.extend(fired)\n"
-        '        sql.run("schedule_advance_many", {**updates, "now": now}, using=using)',
+        "workqueue/schedules/firing.py",
+        "            result.fired.extend(fired)\n        store.schedule_advance_many(**updates, now=now, using=using)",
         "            result.fired.extend(fired)\n"
         "    with transaction.atomic(using=using):\n"
-        '        sql.run("schedule_advance_many", {**updates, "now": now}, using=using)',
+        "        store.schedule_advance_many(**updates, now=now, using=using)",
         (f"{SCHEDULES}::test_a_tick_while_another_firer_is_between_its_enqueue_and_its_advance_fires_nothing",),
         "a slot's enqueue commits before last_slot advances: a second firer runs the slot again (item 3)",
     ),
@@ -281,7 +278,7 @@ MUTANTS: list[Mutant] = [
         (f"{SCHEDULES}::test_pause_stops_firing_resume_restarts_it_and_run_now_adds_exactly_one_run",),
         "a paused schedule still fires",
     ),
-    # -- flow control (controls.sql, workqueue/sql.py's fragments) -------------------------------
+    # -- flow control (controls.sql, workqueue/sql/fragments.sql) -------------------------------
     Mutant(
         "flow-claim-ignores-pause",
         "workqueue/sql/controls.sql",
@@ -292,9 +289,9 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "group-cap-off-by-one",
-        "workqueue/sql.py",
-        'f"CASE WHEN {q}.group_cap IS NOT NULL THEN {q}.group_cap"',
-        'f"CASE WHEN {q}.group_cap IS NOT NULL THEN {q}.group_cap + 1"',
+        "workqueue/sql/fragments.sql",
+        "    CASE WHEN $q.group_cap IS NOT NULL\n         THEN $q.group_cap\n",
+        "    CASE WHEN $q.group_cap IS NOT NULL\n         THEN $q.group_cap + 1\n",
         (
             "tests/workqueue/test_controls.py::test_concurrent_claimers_under_a_group_cap_never_hold_more_than_the_cap_per_group",
         ),
@@ -302,9 +299,9 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "rate-counts-starts-outside-its-window",
-        "workqueue/sql.py",
-        'f" AND st.started_at > now() - make_interval(secs => {period}))"',
-        'f" AND st.started_at < now() - make_interval(secs => {period}))"',
+        "workqueue/sql/fragments.sql",
+        "WHERE st.queue = $queue AND st.started_at > now() - make_interval(secs => $seconds))",
+        "WHERE st.queue = $queue AND st.started_at < now() - make_interval(secs => $seconds))",
         (
             "tests/workqueue/test_controls.py::test_an_override_cap_and_a_per_group_rate_bind_a_queue_the_settings_leave_unlimited",
         ),
@@ -312,9 +309,9 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "cap-counts-lapsed-holders",
-        "workqueue/sql.py",
-        "\" AND slot_h.state IN {states.render_states('held')} AND slot_h.lease_expires_at > now())\"",
-        "\" AND slot_h.state IN {states.render_states('held')})\"",
+        "workqueue/sql/fragments.sql",
+        "AND slot_h.state IN {states_held}\n       AND slot_h.lease_expires_at > now())",
+        "AND slot_h.state IN {states_held})",
         ("tests/workqueue/test_claim_concurrency.py::test_a_reclaimed_item_takes_a_slot_of_the_cap_too",),
         "max_running counts holders whose lease lapsed (a dead worker keeps its slots)",
     ),
@@ -391,7 +388,7 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "lost-before-start-keeps-its-slot",
-        "workqueue/worker/runners.py",
+        "workqueue/worker/pools/base.py",
         'to start (%s); not running it", item, hold.reason)\n            self.ledger.finished(hold, ok=False)\n',
         'to start (%s); not running it", item, hold.reason)\n',
         (f"{ENDING}[lost-before-it-started]",),
@@ -400,39 +397,39 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "given-back-keeps-its-slot",
         "workqueue/worker/ledger.py",
-        "            if hold in self._holds:\n                self._leave(hold)",
-        "            if hold in self._holds:\n                pass",
+        "        with self._lock:\n            self._leave(hold)\n        self.keeper.drop(hold)",
+        "        with self._lock:\n            pass\n        self.keeper.drop(hold)",
         (SHUTDOWN,),
         "an item given back without running (shutdown) keeps its slot",
     ),
     Mutant(
         "leaving-hold-stays-returned",
         "workqueue/worker/ledger.py",
-        "        self._returned.discard(hold)\n        return False",
-        "        return False",
+        "            pool.returned.discard(hold)\n        return pool",
+        "        return pool",
         (f"{ENDING}[returned]",),
         "a settled item stays counted as waiting for the settler: the threads' room drifts",
     ),
     Mutant(
         "leaving-hold-keeps-the-loops-slot",
         "workqueue/worker/ledger.py",
-        "            self.on_loop -= 1\n            return True",
-        "            return True",
+        "            pool.holds.discard(hold)\n            pool.returned.discard(hold)",
+        "            pool.returned.discard(hold)",
         (f"{ENDING}[cancelled-on-the-event-loop]", f"{ENDING}[handed-to-the-event-loop]"),
         "a run that ends on the event loop keeps its slot in the loop's lane",
     ),
     Mutant(
         "handoff-leaves-the-threads-lane",
         "workqueue/worker/ledger.py",
-        "            self._loop_holds.add(hold)\n            self.on_loop += 1",
-        "            self._loop_holds.add(hold)",
+        "            self.threads.holds.discard(hold)\n            self.loop.holds.add(hold)\n",
+        "            self.loop.holds.add(hold)\n",
         (f"{ENDING}[handed-to-the-event-loop]",),
         "a run handed on to the event loop is not counted in the loop's lane",
     ),
     Mutant(
         "returned-run-keeps-a-runners-place",
         "workqueue/worker/ledger.py",
-        "            self._returned.add(hold)\n",
+        "            pool.returned.add(hold)\n",
         "",
         (f"{LEDGER}::test_items_waiting_for_the_settler_leave_room_for_the_next_claim",),
         "a returned run waiting for the settler still takes a runner's place",
@@ -448,8 +445,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "refill-threshold-off-by-one",
         "workqueue/worker/ledger.py",
-        "return 0 if busy > self.refill_at else",
-        "return 0 if busy >= self.refill_at else",
+        "        if busy > self.refill_at:\n            return 0",
+        "        if busy >= self.refill_at:\n            return 0",
         (LEDGER,),
         "the claim loop claims again one item later than half a batch",
     ),
@@ -471,7 +468,7 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "stall-clock-never-starts",
-        "workqueue/worker/runners.py",
+        "workqueue/worker/pools/base.py",
         "        hold.progress()  # starts the stall clock",
         "        pass  # starts the stall clock",
         (
@@ -482,8 +479,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "permanent-failure-retried",
         "workqueue/worker/outcome.py",
-        '        return Outcome(Action.FAIL, f"{exc.__class__.__name__}: {exc}")',
-        '        return Outcome(Action.RETRY, f"{exc.__class__.__name__}: {exc}")',
+        '        return Ending(Action.FAIL, f"{exc.__class__.__name__}: {exc}")',
+        '        return Ending(Action.RETRY, f"{exc.__class__.__name__}: {exc}")',
         ("tests/workqueue/test_worker_outcome.py",),
         "Permanent is retried like any other exception",
     ),
@@ -498,7 +495,7 @@ MUTANTS: list[Mutant] = [
     # -- the admin's permissions (issue 35 item 2; the test comes with issue 25) ------------------
     Mutant(
         "retry-now-needs-no-permission",
-        "workqueue/admin/__init__.py",
+        "workqueue/admin/items.py",
         '@admin.action(description="Retry now (failed items: a new run, attempts reset)", permissions=["operate"])',
         '@admin.action(description="Retry now (failed items: a new run, attempts reset)")',
         (PERMISSIONS,),
@@ -506,7 +503,7 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "run-now-needs-no-permission",
-        "workqueue/admin/__init__.py",
+        "workqueue/admin/items.py",
         '@admin.action(description="Run now (scheduled items: due at once)", permissions=["operate"])',
         '@admin.action(description="Run now (scheduled items: due at once)")',
         (PERMISSIONS,),
