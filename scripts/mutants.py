@@ -215,7 +215,7 @@ MUTANTS: list[Mutant] = [
         "workqueue/sql/queries.sql",
         "    WHERE state = 'stopping' AND (lease_expires_at IS NULL OR lease_expires_at < coalesce(%(now)s, now()))",
         "    WHERE state = 'stopping' AND (lease_expires_at IS NULL OR lease_expires_at > coalesce(%(now)s, now()))",
-        (f"{SWEEPS}::test_dry_run_counts_everything_and_changes_nothing",),
+        (f"{SWEEPS}::test_two_concurrent_runs_one_works_the_other_skips_and_each_run_is_recorded",),
         "recover finalizes stopping items whose lease is still live, not the lapsed ones",
     ),
     Mutant(
@@ -302,9 +302,7 @@ MUTANTS: list[Mutant] = [
         "workqueue/sql/fragments.sql",
         "WHERE st.queue = $queue AND st.started_at > now() - make_interval(secs => $seconds))",
         "WHERE st.queue = $queue AND st.started_at < now() - make_interval(secs => $seconds))",
-        (
-            "tests/workqueue/test_controls.py::test_an_override_cap_and_a_per_group_rate_bind_a_queue_the_settings_leave_unlimited",
-        ),
+        ("tests/workqueue/test_controls.py::test_a_queue_rate_counts_the_starts_inside_its_window_and_only_those",),
         "a queue's rate counts the starts outside its window instead of those inside it",
     ),
     Mutant(
@@ -353,7 +351,7 @@ MUTANTS: list[Mutant] = [
         "operations/sql/queries.sql",
         "    WHERE c.id = ANY(%(ids)s::text[]) AND c.parent_id IS NOT NULL AND NOT c.fanned_in",
         "    WHERE c.id = ANY(%(ids)s::text[]) AND c.parent_id IS NOT NULL",
-        ("tests/operations/test_batches.py::test_two_last_children_ending_at_once_settle_the_parent_exactly_once",),
+        ("tests/operations/test_batches.py::test_a_child_is_counted_on_its_parent_once_however_often_its_fan_in_runs",),
         "the fan-in counts a child that was already counted",
     ),
     # -- the worker's accounting (workqueue/worker/) --------------------------------------------

@@ -189,6 +189,28 @@ def test_two_last_children_ending_at_once_settle_the_parent_exactly_once():
         drain()
 
 
+def test_a_child_is_counted_on_its_parent_once_however_often_its_fan_in_runs():
+    """The fan-in runs in every write that ends an operation and in recover's repair, so it may
+    meet an ended child again: the second time it must not count it (the parent of two would
+    end with one child still running)."""
+    from django.db import transaction
+
+    from operations import store
+    from workqueue.conf import wq_settings
+
+    b = operations.batch("test.ops.batch.child", [{"n": 1}, {"n": 2}])
+    assert run_next() is not None  # one child ends (its own fan-in counts it)
+    states = dict(Operation.objects.children_of(b.id).values_list("id", "state"))
+    (ended,) = [op_id for op_id, state in states.items() if state == "succeeded"]
+    assert sorted(states.values()) == ["pending", "succeeded"]
+    with transaction.atomic():
+        assert store.fan_in([ended], queue_channel=wq_settings().notify_channel) == []  # already counted
+    b = op_row(b.id)
+    assert (b.state, b.child_counts()["succeeded"]) == ("running", 1)
+    drain()
+    assert op_row(b.id).state == "succeeded" and op_row(b.id).child_counts()["succeeded"] == 2
+
+
 def test_recover_and_reap_leave_a_running_batch_alone():
     b = operations.batch("test.ops.batch.child", [{"n": 1}])
     from operations import sweeps

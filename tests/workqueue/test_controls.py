@@ -3,10 +3,12 @@ overrides on a queue with no settings limits, and concurrent claimers under a gr
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 
 from tests.workqueue.conftest import run_threads
 from workqueue import controls
@@ -60,6 +62,18 @@ def test_an_override_cap_and_a_per_group_rate_bind_a_queue_the_settings_leave_un
     controls.write("test.flow", limits={"max_running": 10}, clear=["rate_per_group"])
     assert len(claim("test.flow")) == 1
     assert claim("test.flow") == []
+
+
+def test_a_queue_rate_counts_the_starts_inside_its_window_and_only_those():
+    """rate=3/m: three starts in the last minute use the queue's whole rate; starts older than
+    the window count for nothing."""
+    WorkItem.objects.enqueue_many([("test.flow", f"r{i}") for i in range(6)])
+    QueueStart.objects.bulk_create(QueueStart(queue="test.flow") for _ in range(5))
+    QueueStart.objects.update(started_at=Now() - dt.timedelta(minutes=5))  # outside the window
+    controls.write("test.flow", limits={"rate": "3/m"})
+    assert len(claim("test.flow")) == 3  # the old starts leave the whole rate
+    assert claim("test.flow") == []  # the three new ones, inside the window, use it up
+    assert WorkItem.objects.filter(queue="test.flow", state="queued", attempts=0).count() == 3
 
 
 def test_concurrent_claimers_under_a_group_cap_never_hold_more_than_the_cap_per_group():

@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from tests.conftest import wait_until
 from tests.testapp.models import Sample
 from tests.workqueue.conftest import row
-from workqueue import Permanent, Retry, handlers, keys, metrics, sql
+from workqueue import Permanent, Retry, handlers, metrics, sql
+from workqueue.wire import keys
 from workqueue.checks import check_maintenance
 from workqueue.environments import create_environment
 from workqueue.listener import Listener, connection_kwargs

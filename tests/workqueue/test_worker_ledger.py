@@ -123,3 +123,21 @@ def test_items_waiting_for_the_settler_leave_room_for_the_next_claim():
         assert ledger.free() == 4
     finally:
         keeper.close()
+
+
+def test_a_pool_claims_again_once_no_more_than_its_refill_point_is_busy():
+    """The refill point is inclusive: with refill_at busy, the pool has room; one more, none."""
+    keeper = LeaseKeeper(tick=60)
+    ledger = Ledger(keeper, Signal(), max_inflight=6, refill_at=3, max_on_loop=4, loop_refill_at=2)
+    try:
+        holds = keeper.hold_many([_item(n) for n in range(7)], lease=300, started=False)
+        ledger.claimed(holds[:4])
+        assert ledger.free() == 0  # 4 busy, above the refill point
+        ledger.finished(holds[0], ok=True)
+        assert ledger.free() == 3  # exactly the refill point busy: claim the rest
+        ledger.claimed(holds[4:7], ledger.loop)
+        assert ledger.free(ledger.loop) == 0  # 3 on the loop, above its refill point of 2
+        ledger.finished(holds[4], ok=True)
+        assert ledger.free(ledger.loop) == 2
+    finally:
+        keeper.close()
