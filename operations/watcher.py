@@ -32,6 +32,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from operations import store
 from operations.exceptions import OperationNotFound, TooManyWatchers, WatcherClosed
+from workqueue.worker.loop import BackgroundLoop
 
 log = logging.getLogger("operations.watcher")
 
@@ -161,8 +162,11 @@ class Subscription:
         self.close()
 
 
-class Watcher:
+class Watcher(BackgroundLoop):
     """Follows operations for subscribers; one query per wake for all of them."""
+
+    name = "operations-watcher"
+    log = log
 
     def __init__(
         self,
@@ -173,16 +177,15 @@ class Watcher:
         channel: str = "",
         using: str = DEFAULT_DB_ALIAS,
     ):
+        super().__init__(using=using)
         self.poll = poll
         self.min_read_interval = min_read_interval
         self.max_subscriptions = max_subscriptions
         self.channel = channel
-        self.using = using
         self._subs: set[Subscription] = set()
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._last_read = 0.0
         self._listen_token: int | None = None
         self.reads = 0  # queries issued by the loop (one per wake)
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -280,21 +283,20 @@ class Watcher:
         with self._lock:
             return len(self._subs)
 
-    def wake(self, *_args) -> None:
-        self._wake.set()
+    def notified(self, *_args) -> None:
+        self.wake.set()
 
     # -- the loop -----------------------------------------------------------------------
 
     def _ensure_running(self) -> None:
         with self._lock:
-            if self._thread is not None and self._thread.is_alive():
+            if self.running:
                 return
             if self.channel and self._listen_token is None:
                 from workqueue import listener
 
-                self._listen_token = listener.shared().subscribe(self.channel, self.wake)
-            self._thread = threading.Thread(target=self._run, name="operations-watcher", daemon=True)
-            self._thread.start()
+                self._listen_token = listener.shared().subscribe(self.channel, self.notified)
+            self.start()
 
     def close(self) -> None:
         """Stop the loop and end every subscription (idempotent: a second close does nothing,
@@ -303,7 +305,8 @@ class Watcher:
             if self._closed:
                 return
             self._closed = True
-        self._wake.set()
+        self.stopping.set()
+        self.wake.set()
         with self._lock:
             subs = list(self._subs)
             self._subs.clear()
@@ -328,42 +331,39 @@ class Watcher:
         if ids:
             self._write("follow", store.watch_follow, ids, ttl=self.follow_ttl)
 
-    def _run(self) -> None:
-        last_read = 0.0
-        try:
-            while not self._closed:
-                self._wake.wait(self.poll)
-                self._wake.clear()
-                if self._closed:
-                    break
-                pause = self.min_read_interval - (time.monotonic() - last_read)
-                if pause > 0:
-                    time.sleep(pause)
-                self._refresh_follows()
-                with self._lock:
-                    subs = list(self._subs)
-                if not subs:
-                    continue
-                last_read = time.monotonic()
-                try:
-                    found = store.get_many(sorted({s.op_id for s in subs}), using=self.using)
-                except Exception as exc:
-                    log.warning("watcher read failed (%s); retrying", exc)
-                    connections[self.using].close()
-                    continue
-                self.reads += 1
-                for sub in subs:
-                    op = found.get(sub.op_id)
-                    if op is None:
-                        sub._offer(GONE, final=True)
-                        self._remove(sub)
-                    elif op.revision != sub.revision:
-                        sub.revision = op.revision
-                        sub._offer(op, final=op.done)
-                        if op.done:
-                            self._remove(sub)
-        finally:
-            connections[self.using].close()
+    def step(self) -> float:
+        """Wait for a wake (or the poll), then read every followed operation in one query and
+        hand each subscriber its snapshot if its revision moved."""
+        self.wake.wait(self.poll)
+        if self._closed:
+            return 0
+        pause = self.min_read_interval - (time.monotonic() - self._last_read)
+        if pause > 0:
+            time.sleep(pause)
+        self._refresh_follows()
+        with self._lock:
+            subs = list(self._subs)
+        if not subs:
+            return 0
+        self._last_read = time.monotonic()
+        found = store.get_many(sorted({s.op_id for s in subs}), using=self.using)
+        self.reads += 1
+        for sub in subs:
+            self._deliver(sub, found.get(sub.op_id))
+        return 0
+
+    def _deliver(self, sub: Subscription, op) -> None:
+        if op is None:
+            sub._offer(GONE, final=True)
+            self._remove(sub)
+        elif op.revision != sub.revision:
+            sub.revision = op.revision
+            sub._offer(op, final=op.done)
+            if op.done:
+                self._remove(sub)
+
+    def report(self, exc: BaseException, delay: float) -> None:
+        log.warning("watcher read failed (%s); retrying in %.2fs", exc, delay)
 
 
 def watch(op_id: str, *, owner: str | None = None) -> Subscription:

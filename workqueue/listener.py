@@ -23,6 +23,10 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 from psycopg import sql as pgsql
 
+from workqueue.worker.loop import BackgroundLoop, Signal
+
+__all__ = ["Listener", "Signal", "connection_kwargs", "shared", "wait_for"]
+
 log = logging.getLogger("workqueue.listener")
 
 _NOT_CONNINFO = {
@@ -48,18 +52,18 @@ def connection_kwargs(using: str = DEFAULT_DB_ALIAS) -> dict:
     return {k: v for k, v in params.items() if k not in _NOT_CONNINFO}
 
 
-class Listener:
+class Listener(BackgroundLoop):
     """Deliver NOTIFY payloads on subscribed channels to callbacks, from one thread."""
 
+    name = "workqueue-listener"
+    log = log
+
     def __init__(self, using: str = DEFAULT_DB_ALIAS, *, name: str = "workqueue-listener"):
-        self.using = using
-        self.name = name
+        super().__init__(using=using, name=name)
         self._subs: dict[int, tuple[str, Callable[[str | None], None]]] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._listening: set[str] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.connected = threading.Event()
         self.reconnects = 0
 
@@ -92,49 +96,46 @@ class Listener:
 
     # -- the thread ---------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self):
         with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-            self._thread.start()
+            if not self.running:
+                self.stopping.clear()
+                super().start()
+        return self
 
     def stop(self, timeout: float = 2.0) -> None:
-        self._stop.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
+        super().stop(timeout)
 
     def wait_connected(self, timeout: float = 10.0) -> bool:
         return self.connected.wait(timeout)
 
-    def _run(self) -> None:
-        backoff = 0.1
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(autocommit=True, **connection_kwargs(self.using)) as conn:
-                    self._listening = set()
-                    self._sync(conn)
-                    self.connected.set()
-                    if backoff > 0.1:
-                        log.info("listener reconnected")
-                        # Whatever was sent while we were away is lost: wake everyone.
-                        self._dispatch(None, None)
-                    backoff = 0.1
-                    while not self._stop.is_set():
-                        for note in conn.notifies(timeout=0.25):
-                            self._dispatch(note.channel, note.payload)
-                        self._sync(conn)
-            except Exception as exc:
-                self.connected.clear()
-                if self._stop.is_set():
-                    break
-                self.reconnects += 1
-                log.warning("listener connection lost (%s); reconnecting in %.1fs", exc.__class__.__name__, backoff)
+    def step(self) -> None:
+        """One connection's life: LISTEN, deliver until stopped (None ends the loop) or until
+        the connection fails (the loop reconnects with backoff)."""
+        with psycopg.connect(autocommit=True, **connection_kwargs(self.using)) as conn:
+            self._listening = set()
+            self._sync(conn)
+            self.connected.set()
+            if self.backoff.delay > self.first_backoff:
+                log.info("listener reconnected")
+                # Whatever was sent while we were away is lost: wake everyone.
                 self._dispatch(None, None)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                self.backoff.reset()
+            while not self.stopping.is_set():
+                for note in conn.notifies(timeout=0.25):
+                    self._dispatch(note.channel, note.payload)
+                self._sync(conn)
+        return None
+
+    def report(self, exc: BaseException, delay: float) -> None:
+        log.warning("listener connection lost (%s); reconnecting in %.1fs", exc.__class__.__name__, delay)
+
+    def failed(self, exc: BaseException) -> None:
+        self.connected.clear()
+        self.reconnects += 1
+        self._dispatch(None, None)
+
+    def finished(self) -> None:
         self.connected.clear()
 
     def _sync(self, conn) -> None:
@@ -157,25 +158,6 @@ def shared() -> Listener:
         if _shared is None:
             _shared = Listener()
         return _shared
-
-
-class Signal:
-    """A coalescing wake-up: ``set()`` from any thread, ``wait(timeout)`` from one."""
-
-    def __init__(self):
-        self._event = threading.Event()
-
-    def set(self, *_args) -> None:
-        # Already set: nothing to do, and no lock to take (the settler calls this per batch,
-        # the listener per notification). A set() skipped here is never lost: the waiter
-        # clears the flag only after it woke, and looks at the work after clearing it.
-        if not self._event.is_set():
-            self._event.set()
-
-    def wait(self, timeout: float | None) -> bool:
-        fired = self._event.wait(timeout)
-        self._event.clear()
-        return fired
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:

@@ -63,7 +63,7 @@ def bump(ids, **changes):
 
 def wake_and_wait(watcher: Watcher) -> None:
     reads = watcher.reads
-    watcher.wake()
+    watcher.wake.set()
     wait_until(lambda: watcher.reads > reads, timeout=10, message="the watcher to read")
 
 
@@ -122,7 +122,7 @@ def test_the_terminal_snapshot_is_delivered_even_to_a_subscriber_that_never_read
     wake_and_wait(watcher)
     assert watcher.subscriptions() == 0  # followed no more once its end was read
     bump([op.id], count=99)  # written after the end: never delivered
-    watcher.wake()
+    watcher.wake.set()
     snapshots = collect(sub, timeout=5)
     assert [(s.state, s.count) for s in snapshots] == [("cancelled", 1)]
     assert watcher.subscriptions() == 0
@@ -212,7 +212,7 @@ def test_reads_are_floored_however_many_wakes_arrive(make_watcher):
     watcher.watch(op.id)
     started = time.monotonic()
     for _ in range(100):
-        watcher.wake()
+        watcher.wake.set()
         time.sleep(0.01)
     wait_until(lambda: watcher.reads >= 1, timeout=10, message="a first read")
     elapsed = time.monotonic() - started

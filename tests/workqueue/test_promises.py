@@ -20,7 +20,6 @@ from tests.conftest import wait_until
 from tests.testapp.models import Sample
 from tests.workqueue.conftest import row
 from workqueue import Permanent, Retry, handlers, metrics, sql
-from workqueue.wire import keys
 from workqueue.checks import check_maintenance
 from workqueue.environments import create_environment
 from workqueue.listener import Listener, connection_kwargs
@@ -28,6 +27,7 @@ from workqueue.models import ApiKey, MaintenanceRun, Worker, WorkItem
 from workqueue.sweeps import reap as reaper
 from workqueue.sweeps import recover as recovery
 from workqueue.testing import database_url
+from workqueue.wire import keys
 from workqueue.worker import Worker as ClaimLoop
 from workqueue.worker import WorkerOptions
 

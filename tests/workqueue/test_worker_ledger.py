@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 from workqueue.items import Item
-from workqueue.listener import Signal
 from workqueue.worker.lease import LeaseKeeper
 from workqueue.worker.ledger import Ledger
+from workqueue.worker.loop import Signal
 
 
 def _item(n: int) -> Item:

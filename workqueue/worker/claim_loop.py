@@ -21,15 +21,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import connections
-
 from workqueue import controls, store
 from workqueue.conf import wq_settings
 from workqueue.items import Item
-from workqueue.listener import Signal
 from workqueue.worker.lease import Hold, LeaseKeeper
 from workqueue.worker.ledger import Ledger, Pool
-from workqueue.worker.outcome import DB_ERRORS
+from workqueue.worker.loop import DB_ERRORS, BackgroundLoop, Signal
 from workqueue.worker.pools.base import RunnerPool, drop_if_broken
 
 log = logging.getLogger("workqueue.worker")
@@ -49,7 +46,11 @@ class Lane:
         self.due = 0.0
 
 
-class ClaimLoop:
+class ClaimLoop(BackgroundLoop):
+    name = "workqueue-claim-loop"
+    first_backoff = 0.05
+    log = log
+
     def __init__(
         self,
         *,
@@ -78,7 +79,7 @@ class ClaimLoop:
             self.lanes.append(Lane([q for q in queues if q in on_loop], loop_pool, ledger.loop))
         self._lane_of = {queue: lane for lane in self.lanes for queue in lane.queues}
         self.worker_id = worker_id
-        self.using = using
+        super().__init__(using=using, stopping=stopping, wake=wake)
         self.poll = poll
         self.max_items = max_items
         self.max_seconds = max_seconds
@@ -86,55 +87,39 @@ class ClaimLoop:
         self.ledger = ledger
         self.keeper = keeper
         self.pool = pool
-        self.wake = wake
-        self.stopping = stopping
         self.claims = 0
         self._started = time.monotonic()
         self._last_beat = 0.0
         self._last_maintenance = 0.0
+        self._deadline = self._started + max_seconds if max_seconds else None
 
-    def run(self) -> None:
+    def step(self) -> float | None:
+        """One pass (a heartbeat and maintenance when due, then each due pool's claim); the
+        wait before the next (0: a pool has more to claim now; None: a --max-* limit ended it)."""
         ledger = self.ledger
-        backoff = 0.05
-        deadline = self._started + self.max_seconds if self.max_seconds else None
-        while not self.stopping.is_set():
-            if deadline is not None and time.monotonic() >= deadline:
-                log.info("--max-seconds reached")
-                break
-            if self.max_items is not None and ledger.processed + ledger.inflight >= self.max_items:
-                if ledger.inflight == 0:
-                    log.info("--max-items reached")
-                    break
-                self.wake.wait(0.05)
-                continue
-            try:
-                drop_if_broken(self.using)
-                self.beat()
-                self._maintenance()
-                self.claim_pass()
-                backoff = 0.05
-            except DB_ERRORS as exc:
-                log.warning("database unavailable (%s: %s); retrying in %.2fs", exc.__class__.__name__, exc, backoff)
-                self._reset_connection()
-                self.notified(None)  # what the failed pass did not claim is due once it is back
-                self.stopping.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            except Exception:
-                # A bug (a hook's, a statement's) must not end the worker, or its supervisor
-                # restarts it into the same error: log it, back off, and go on.
-                log.exception("claim pass failed; retrying in %.2fs", backoff)
-                self._reset_connection()
-                self.notified(None)  # what the failed pass did not claim is due once it is back
-                self.stopping.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            timeout = self.idle_for()
-            if timeout <= 0:
-                continue  # a pool has more to claim now: go straight round
-            if deadline is not None:
-                timeout = max(0.0, min(timeout, deadline - time.monotonic()))
-            self.wake.wait(timeout)
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            log.info("--max-seconds reached")
+            return None
+        if self.max_items is not None and ledger.processed + ledger.inflight >= self.max_items:
+            if ledger.inflight == 0:
+                log.info("--max-items reached")
+                return None
+            return 0.05
+        drop_if_broken(self.using)
+        self.beat()
+        self._maintenance()
+        self.claim_pass()
+        timeout = self.idle_for()
+        if timeout > 0 and self._deadline is not None:
+            timeout = max(0.0, min(timeout, self._deadline - time.monotonic()))
+        return timeout
+
+    def failed(self, exc: BaseException) -> None:
+        self.close_connection()
+        self.notified(None)  # what the failed pass did not claim is due once it is back
+
+    def finished(self) -> None:
+        pass  # the main thread's connection: the process releases what it holds with it
 
     def notified(self, queue: str | None) -> None:
         """A NOTIFY named ``queue`` (None: any, e.g. after the listener reconnected): the pools
@@ -219,12 +204,6 @@ class ClaimLoop:
             for hold in self.keeper.hold_many(queued, lease=qconf.lease, stall=qconf.stall, started=False):
                 hold_of[id(hold.item)] = hold
         return [hold_of[id(item)] for item in items]
-
-    def _reset_connection(self) -> None:
-        try:
-            connections[self.using].close()
-        except Exception:
-            pass
 
     def beat(self, state: str = "running", force: bool = False) -> None:
         now = time.monotonic()

@@ -49,6 +49,7 @@ import time
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from workqueue.items import Item
+from workqueue.worker.loop import BackgroundLoop
 
 log = logging.getLogger("workqueue.worker.lease")
 
@@ -159,18 +160,18 @@ class Hold:
         self.cancel(reason)
 
 
-class LeaseKeeper:
+class LeaseKeeper(BackgroundLoop):
     """Renews the leases of the items it holds until they are dropped or it is closed."""
 
+    name = "workqueue-lease-keeper"
+    log = log
+
     def __init__(self, *, using: str = DEFAULT_DB_ALIAS, tick: float = 0.5, name: str = "workqueue-lease-keeper"):
-        self.using = using
+        super().__init__(using=using, name=name)
         self.tick = tick
         # Keyed by the Hold itself (one per claim), never by item id: see the module docstring.
         self._holds: dict[Hold, None] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = False
         self.first_failure: BaseException | None = None
         self.renewals = 0
@@ -198,9 +199,9 @@ class LeaseKeeper:
                 self._holds[hold] = None
             if not self._started:
                 self._started = True
-                self._thread.start()
+                self.start()
         if lease / 3 < self.tick:
-            self._wake.set()  # renewals due sooner than the keeper's next tick
+            self.wake.set()  # renewals due sooner than the keeper's next tick
         # Otherwise no wake-up: the first renewal is due a third of a lease from now.
         return holds
 
@@ -223,25 +224,19 @@ class LeaseKeeper:
 
     def close(self, timeout: float = 5.0) -> BaseException | None:
         """Stop the thread (the leases are left as they are) and return the first failure."""
-        self._stop.set()
-        self._wake.set()
-        if self._started:
-            self._thread.join(timeout)
+        self.stop(timeout)
         return self.first_failure
 
     # -- the thread ---------------------------------------------------------------------
 
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self._pass()
-                self._wake.wait(self.tick)
-                self._wake.clear()
-        finally:
-            connections[self.using].close()
+    def step(self) -> float:
+        due = self._due(time.monotonic())
+        if due:
+            self._renew(due)
+        return self.tick
 
-    def _pass(self) -> None:
-        now = time.monotonic()
+    def _due(self, now: float) -> list[Hold]:
+        """The holds whose renewal is due; a stalled one, or one past its deadline, is lost."""
         due: list[Hold] = []
         for hold in self.holds():
             if hold.is_cancelled() and hold.reason in ("stalled", "lease_lost"):
@@ -252,16 +247,17 @@ class LeaseKeeper:
                 self.stalled += 1
                 hold.lose("stalled")
                 self.drop(hold)
-                continue
-            if now >= hold.next_renewal:
+            elif now >= hold.next_renewal:
                 if now >= hold.deadline:
                     # Only this one: the others still have lease left to renew within.
                     self._lost(hold, "the lease ran out before it could be renewed")
                 else:
                     due.append(hold)
-        if not due:
-            return
-        budget = min(h.deadline for h in due) - now
+        return due
+
+    def _renew(self, due: list[Hold]) -> None:
+        """Extend the leases of ``due`` in one statement, bounded by the soonest deadline."""
+        budget = min(h.deadline for h in due) - time.monotonic()
         started = time.monotonic()
         try:
             with transaction.atomic(using=self.using):
@@ -284,19 +280,22 @@ class LeaseKeeper:
             return
         self.renewals += 1
         for hold in due:
-            key = (hold.item.id, hold.item.lease_token)
-            if key not in renewed:
-                self._lost(hold, "the proof no longer matches")
-                continue
-            expiry = renewed[key]
-            if expiry is None:
-                # Its row is locked by another transaction (its own handler's, usually):
-                # try again shortly; the lease runs out on its own if the lock outlives it.
-                hold.next_renewal = time.monotonic() + min(1.0, hold.lease / 10)
-            else:
-                hold.item.lease_expires_at = expiry
-                hold.deadline = started + hold.lease
-                hold.next_renewal = started + hold.lease / 3
+            self._renewed(hold, renewed, started)
+
+    def _renewed(self, hold: Hold, renewed: dict, started: float) -> None:
+        key = (hold.item.id, hold.item.lease_token)
+        if key not in renewed:
+            self._lost(hold, "the proof no longer matches")
+            return
+        expiry = renewed[key]
+        if expiry is None:
+            # Its row is locked by another transaction (its own handler's, usually):
+            # try again shortly; the lease runs out on its own if the lock outlives it.
+            hold.next_renewal = time.monotonic() + min(1.0, hold.lease / 10)
+        else:
+            hold.item.lease_expires_at = expiry
+            hold.deadline = started + hold.lease
+            hold.next_renewal = started + hold.lease / 3
 
     def _lost(self, hold: Hold, why: str) -> None:
         with self._lock:

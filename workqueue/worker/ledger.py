@@ -16,9 +16,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from workqueue.listener import Signal
 from workqueue.worker.context import Context
 from workqueue.worker.lease import Hold, LeaseKeeper
+from workqueue.worker.loop import Signal
 
 
 @dataclass(eq=False)

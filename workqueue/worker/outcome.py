@@ -29,11 +29,8 @@ import enum
 import traceback
 from dataclasses import dataclass
 
-from django.db.utils import InterfaceError, OperationalError
-
 from workqueue.exceptions import LeaseLost, Permanent, Retry
-
-DB_ERRORS = (OperationalError, InterfaceError)
+from workqueue.worker.loop import DB_ERRORS
 
 LOST_CONNECTION = "database connection lost while running"
 

@@ -19,6 +19,7 @@ from workqueue.conf import wq_settings
 from workqueue.worker.claim_loop import ClaimLoop
 from workqueue.worker.lease import LeaseKeeper
 from workqueue.worker.ledger import Ledger
+from workqueue.worker.loop import Signal
 from workqueue.worker.pools.base import RunnerPool, Runs
 from workqueue.worker.pools.eventloop import AsyncRunnerPool
 from workqueue.worker.pools.threads import ThreadRunnerPool
@@ -83,7 +84,7 @@ class Worker:
         # finished would cost more than the items (these runs are short waits, many at once).
         loop_refill_at = self.async_concurrency - max(1, self.async_concurrency // 4)
         self.keeper = LeaseKeeper(using=self.using)
-        self.wake = listener_mod.Signal()
+        self.wake = Signal()
         self.ledger = Ledger(
             self.keeper,
             self.wake,

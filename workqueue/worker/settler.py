@@ -23,6 +23,7 @@ from workqueue.items import Item
 from workqueue.worker.context import Context
 from workqueue.worker.lease import Hold
 from workqueue.worker.ledger import Ledger
+from workqueue.worker.loop import Backoff
 from workqueue.worker.outcome import DB_ERRORS, Action, lost_connection_error, outcome_of
 
 log = logging.getLogger("workqueue.worker")
@@ -30,23 +31,6 @@ log = logging.getLogger("workqueue.worker")
 
 #: How long a write with no lease to go by (none of the worker's writes today) keeps retrying.
 RETRY_WITHOUT_LEASE = 10.0
-
-
-class Backoff:
-    """Waits between retries of a write the server refused (0.2 s, doubling to 1 s), until
-    ``deadline`` (time.monotonic()): past it the lease the write needs has run out anyway."""
-
-    def __init__(self, deadline: float):
-        self.deadline = deadline
-        self.delay = 0.2
-
-    def wait(self) -> bool:
-        """Sleep before the next try; False when the deadline leaves no time for one."""
-        if time.monotonic() + self.delay >= self.deadline:
-            return False
-        time.sleep(self.delay)
-        self.delay = min(self.delay * 2, 1.0)
-        return True
 
 
 class Settler:
@@ -181,7 +165,9 @@ class Settler:
 
     def _write(self, item: Item, what: str, write: Callable[[], bool], hold: Hold | None = None) -> None:
         """Run ``write`` (False or LeaseLost: no longer ours), retrying while the server comes back."""
-        retry = Backoff(hold.deadline if hold is not None else time.monotonic() + RETRY_WITHOUT_LEASE)
+        retry = Backoff(
+            0.2, 1.0, deadline=hold.deadline if hold is not None else time.monotonic() + RETRY_WITHOUT_LEASE
+        )
         while True:
             try:
                 if not write():
@@ -221,7 +207,7 @@ class Settler:
                 items = [hold.item for hold in batch]
                 # While the server is away (a restart, a failover) the keeper goes on renewing
                 # these leases as soon as it can: keep trying for as long as one may still be ours.
-                retry = Backoff(max(hold.deadline for hold in batch))
+                retry = Backoff(0.2, 1.0, deadline=max(hold.deadline for hold in batch))
                 while True:
                     try:
                         _settled, lost = manager.complete_many(items)

@@ -15,9 +15,9 @@ import signal
 import threading
 import time
 
-from workqueue.listener import Signal
 from workqueue.worker.lease import LeaseKeeper
 from workqueue.worker.ledger import Ledger
+from workqueue.worker.loop import Signal
 from workqueue.worker.pools.base import RunnerPool
 from workqueue.worker.settler import Settler
 
