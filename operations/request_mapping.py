@@ -89,36 +89,48 @@ def _convert(tp, value, path: str, problems: list[str], strict: bool):
             problems.append(f"'{path}' must be one of {', '.join(map(repr, args))}, not {value!r}")
         return value
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        if isinstance(value, tp):
-            return value
-        if isinstance(value, Mapping):
-            return _build(tp, value, f"{path}.", problems, strict)
-        if strict:
-            problems.append(
-                f"'{path}' must be a mapping of {tp.__name__}'s fields (or a {tp.__name__}), not {type(value).__name__}"
-            )
-        return value
+        return _convert_dataclass(tp, value, path, problems, strict)
     if origin in (list, tuple) or tp in (list, tuple):
-        if not isinstance(value, list | tuple):
-            if strict:
-                problems.append(f"'{path}' must be a list, not {type(value).__name__}")
-            return value
-        item_type = args[0] if origin is list and args else typing.Any
-        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-            item_type = args[0]
-        return [_convert(item_type, v, f"{path}[{i}]", problems, strict) for i, v in enumerate(value)]
+        return _convert_list(origin, args, value, path, problems, strict)
     if origin is dict or tp is dict:
-        if not isinstance(value, Mapping):
-            if strict:
-                problems.append(f"'{path}' must be a mapping, not {type(value).__name__}")
-            return value
-        value_type = args[1] if len(args) == 2 else typing.Any
-        return {k: _convert(value_type, v, f"{path}[{json.dumps(k)}]", problems, strict) for k, v in value.items()}
+        return _convert_dict(args, value, path, problems, strict)
     if strict and tp in _PLAIN and not _fits_plain(tp, value):
         problems.append(f"'{path}' must be {tp.__name__}, not {type(value).__name__}")
     if strict and tp is type(None) and value is not None:
         problems.append(f"'{path}' must be null, not {type(value).__name__}")
     return value
+
+
+def _convert_dataclass(tp: type, value, path: str, problems: list[str], strict: bool):
+    if isinstance(value, tp):
+        return value
+    if isinstance(value, Mapping):
+        return _build(tp, value, f"{path}.", problems, strict)
+    if strict:
+        problems.append(
+            f"'{path}' must be a mapping of {tp.__name__}'s fields (or a {tp.__name__}), not {type(value).__name__}"
+        )
+    return value
+
+
+def _convert_list(origin, args, value, path: str, problems: list[str], strict: bool):
+    if not isinstance(value, list | tuple):
+        if strict:
+            problems.append(f"'{path}' must be a list, not {type(value).__name__}")
+        return value
+    item_type = args[0] if origin is list and args else typing.Any
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item_type = args[0]
+    return [_convert(item_type, v, f"{path}[{i}]", problems, strict) for i, v in enumerate(value)]
+
+
+def _convert_dict(args, value, path: str, problems: list[str], strict: bool):
+    if not isinstance(value, Mapping):
+        if strict:
+            problems.append(f"'{path}' must be a mapping, not {type(value).__name__}")
+        return value
+    value_type = args[1] if len(args) == 2 else typing.Any
+    return {k: _convert(value_type, v, f"{path}[{json.dumps(k)}]", problems, strict) for k, v in value.items()}
 
 
 def _fits_plain(tp: type, value) -> bool:

@@ -330,19 +330,37 @@ class WorkqueueSettings:
             setattr(self, key.lower(), seconds(merged[key], what=f"WORKQUEUE[{key!r}]"))
         for key in _COUNTS:
             setattr(self, key.lower(), count(merged[key], what=f"WORKQUEUE[{key!r}]"))
-        for key in ("NOTIFY_CHANNEL",):
-            value = merged[key]
-            if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", value):
-                raise WorkqueueSettingsError(
-                    f"WORKQUEUE[{key!r}] must be a plain lowercase SQL identifier, not {value!r}."
-                )
-        self.notify_channel: str = merged["NOTIFY_CHANNEL"]
+        self._read_connection(merged)
+        self._read_metrics(merged)
+        if self.heartbeat_ttl_min > self.heartbeat_ttl_max:
+            raise WorkqueueSettingsError(
+                "WORKQUEUE['HEARTBEAT_TTL_MIN'] must not exceed WORKQUEUE['HEARTBEAT_TTL_MAX']."
+            )
+        self.schedules: dict[str, dict] = _schedules(merged["SCHEDULES"])
+        self.queue_defaults = _queue("", merged["QUEUE_DEFAULTS"], QueueSettings(), "WORKQUEUE['QUEUE_DEFAULTS']")
+        self.queues: dict[str, QueueSettings] = _queues(merged["QUEUES"], self.queue_defaults)
+        #: Queues an app declared in code (``declare_queue``) that the site's settings do not list.
+        self.declared: dict[str, QueueSettings] = {}
+        self._extra: dict[str, QueueSettings] = {}
+
+    def _read_connection(self, merged: dict) -> None:
+        value = merged["NOTIFY_CHANNEL"]
+        if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", value):
+            raise WorkqueueSettingsError(
+                f"WORKQUEUE['NOTIFY_CHANNEL'] must be a plain lowercase SQL identifier, not {value!r}."
+            )
+        self.notify_channel: str = value
         self.listen_database_url: str | None = merged["LISTEN_DATABASE_URL"]
         if self.listen_database_url is not None and not isinstance(self.listen_database_url, str):
             raise WorkqueueSettingsError("WORKQUEUE['LISTEN_DATABASE_URL'] must be a URL string or None.")
         if not isinstance(merged["PREPARED_STATEMENTS"], bool):
             raise WorkqueueSettingsError("WORKQUEUE['PREPARED_STATEMENTS'] must be True or False.")
         self.prepared_statements: bool = merged["PREPARED_STATEMENTS"]
+        self.connection_loss_refunds: int = count(
+            merged["CONNECTION_LOSS_REFUNDS"], what="WORKQUEUE['CONNECTION_LOSS_REFUNDS']", minimum=0
+        )
+
+    def _read_metrics(self, merged: dict) -> None:
         token = merged["METRICS_TOKEN"]
         if token is not None and (not isinstance(token, str) or not token.strip() or not token.isascii()):
             raise WorkqueueSettingsError(
@@ -350,39 +368,6 @@ class WorkqueueSettings:
             )
         self.metrics_token: str | None = token
         self.metrics_cache: float = seconds(merged["METRICS_CACHE"], what="WORKQUEUE['METRICS_CACHE']", allow_zero=True)
-        self.connection_loss_refunds: int = count(
-            merged["CONNECTION_LOSS_REFUNDS"], what="WORKQUEUE['CONNECTION_LOSS_REFUNDS']", minimum=0
-        )
-        if self.heartbeat_ttl_min > self.heartbeat_ttl_max:
-            raise WorkqueueSettingsError(
-                "WORKQUEUE['HEARTBEAT_TTL_MIN'] must not exceed WORKQUEUE['HEARTBEAT_TTL_MAX']."
-            )
-
-        schedules = merged["SCHEDULES"]
-        if not isinstance(schedules, dict) or not all(isinstance(v, dict) for v in schedules.values()):
-            raise WorkqueueSettingsError(
-                "WORKQUEUE['SCHEDULES'] must be a dict of schedule name -> schedule dict "
-                '(e.g. {"nightly": {"cron": "30 2 * * *", "queue": "reports"}}).'
-            )
-        # Each schedule is checked by workqueue.schedules (manage.py check: workqueue.E002), so
-        # one bad schedule is named on its own instead of breaking every reader of the settings.
-        self.schedules: dict[str, dict] = schedules
-
-        self.queue_defaults = _queue("", merged["QUEUE_DEFAULTS"], QueueSettings(), "WORKQUEUE['QUEUE_DEFAULTS']")
-        queues = merged["QUEUES"]
-        if not isinstance(queues, dict):
-            raise WorkqueueSettingsError("WORKQUEUE['QUEUES'] must be a dict of queue name -> settings dict.")
-        self.queues: dict[str, QueueSettings] = {}
-        for name, raw_queue in queues.items():
-            if not isinstance(name, str) or not QUEUE_NAME.match(name):
-                raise WorkqueueSettingsError(
-                    f"WORKQUEUE['QUEUES'] has a bad queue name {name!r}: use letters, digits, '.', '_', ':' "
-                    "or '-', at most 128 characters."
-                )
-            self.queues[name] = _queue(name, raw_queue, self.queue_defaults, f"WORKQUEUE['QUEUES'][{name!r}]")
-        #: Queues an app declared in code (``declare_queue``) that the site's settings do not list.
-        self.declared: dict[str, QueueSettings] = {}
-        self._extra: dict[str, QueueSettings] = {}
 
     def queue(self, name: str) -> QueueSettings:
         """Settings for ``name``: its own entry, its declared defaults, or the defaults for a queue not listed."""
@@ -413,6 +398,31 @@ class WorkqueueSettings:
     def capped_wire_queues(self) -> list[QueueSettings]:
         """The known ``over_wire`` queues with a ``max_running`` cap, by name."""
         return [q for q in self.known_queues() if q.over_wire and q.max_running is not None]
+
+
+def _schedules(schedules: object) -> dict[str, dict]:
+    if not isinstance(schedules, dict) or not all(isinstance(v, dict) for v in schedules.values()):
+        raise WorkqueueSettingsError(
+            "WORKQUEUE['SCHEDULES'] must be a dict of schedule name -> schedule dict "
+            '(e.g. {"nightly": {"cron": "30 2 * * *", "queue": "reports"}}).'
+        )
+    # Each schedule is checked by workqueue.schedules (manage.py check: workqueue.E002), so
+    # one bad schedule is named on its own instead of breaking every reader of the settings.
+    return schedules
+
+
+def _queues(queues: object, defaults: QueueSettings) -> dict[str, QueueSettings]:
+    if not isinstance(queues, dict):
+        raise WorkqueueSettingsError("WORKQUEUE['QUEUES'] must be a dict of queue name -> settings dict.")
+    found: dict[str, QueueSettings] = {}
+    for name, raw_queue in queues.items():
+        if not isinstance(name, str) or not QUEUE_NAME.match(name):
+            raise WorkqueueSettingsError(
+                f"WORKQUEUE['QUEUES'] has a bad queue name {name!r}: use letters, digits, '.', '_', ':' "
+                "or '-', at most 128 characters."
+            )
+        found[name] = _queue(name, raw_queue, defaults, f"WORKQUEUE['QUEUES'][{name!r}]")
+    return found
 
 
 _declared: dict[str, dict] = {}

@@ -103,28 +103,33 @@ def validate_metadata(metadata: object, *, allow_null_values: bool = False) -> d
     if len(metadata) > METADATA_MAX_KEYS:
         problems.append(f"at most {METADATA_MAX_KEYS} keys are allowed, got {len(metadata)}")
     for key, value in list(metadata.items())[: METADATA_MAX_KEYS + 4]:
-        if not isinstance(key, str) or not key:
-            problems.append(f"key {key!r} must be a non-empty string")
-            continue
-        shown = repr(key[:40]) + ("…" if len(key) > 40 else "")
-        if len(key) > METADATA_MAX_KEY_LENGTH:
-            problems.append(f"key {shown} is longer than {METADATA_MAX_KEY_LENGTH} characters")
-        elif not _storable(key):
-            problems.append(f"key {shown} contains a NUL or an unpaired surrogate")
-        if value is None and allow_null_values:
-            continue
-        if not isinstance(value, str):
-            problems.append(
-                f"value of {shown} must be a {kinds.split()[0]}{' or null' if allow_null_values else ''}, "
-                f"not {type(value).__name__}"
-            )
-        elif len(value) > METADATA_MAX_VALUE_LENGTH:
-            problems.append(f"value of {shown} is longer than {METADATA_MAX_VALUE_LENGTH} characters")
-        elif not _storable(value):
-            problems.append(f"value of {shown} contains a NUL or an unpaired surrogate")
+        problems.extend(_metadata_entry_problems(key, value, kinds, allow_null_values))
     if problems:
         raise InvalidMetadata(problems)
     return metadata
+
+
+def _metadata_entry_problems(key: object, value: object, kinds: str, allow_null_values: bool) -> list[str]:
+    if not isinstance(key, str) or not key:
+        return [f"key {key!r} must be a non-empty string"]
+    problems = []
+    shown = repr(key[:40]) + ("…" if len(key) > 40 else "")
+    if len(key) > METADATA_MAX_KEY_LENGTH:
+        problems.append(f"key {shown} is longer than {METADATA_MAX_KEY_LENGTH} characters")
+    elif not _storable(key):
+        problems.append(f"key {shown} contains a NUL or an unpaired surrogate")
+    if value is None and allow_null_values:
+        return problems
+    if not isinstance(value, str):
+        problems.append(
+            f"value of {shown} must be a {kinds.split()[0]}{' or null' if allow_null_values else ''}, "
+            f"not {type(value).__name__}"
+        )
+    elif len(value) > METADATA_MAX_VALUE_LENGTH:
+        problems.append(f"value of {shown} is longer than {METADATA_MAX_VALUE_LENGTH} characters")
+    elif not _storable(value):
+        problems.append(f"value of {shown} contains a NUL or an unpaired surrogate")
+    return problems
 
 
 _storable = values.storable

@@ -9,7 +9,7 @@ of settlements, so the page costs the same on a table of millions of stopped row
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS
 
@@ -111,6 +111,72 @@ class Snapshot:
     polling_window: float = 0.0
 
 
+def _queue_counts(conf, now: dt.datetime, using: str) -> dict[str, dict]:
+    """Per queue: how many items are in each state now, and how long the oldest ready one waited."""
+    held_back = controls.held_back_queues(using=using)
+    stats = store.queue_stats(now=now, stuck_after=float(conf.stuck_after), held_back=held_back, using=using)
+    return {
+        queue: {
+            "ready": ready,
+            "scheduled": scheduled,
+            "pending": pending,
+            "running": running,
+            "stopping": stopping,
+            "stuck": stuck,
+            "live_held": live_held,
+            "oldest_wait": float(oldest_wait) if oldest_wait is not None else None,
+        }
+        for queue, ready, scheduled, pending, running, stopping, stuck, live_held, oldest_wait in stats
+    }
+
+
+def _settled_last_hour(now: dt.datetime, using: str) -> dict[str, dict]:
+    """Per queue: the last hour's completions and failures in five-minute buckets, and their sums."""
+    buckets: dict[str, list[list[int]]] = {}
+    for queue, outcome, bucket, count in store.queue_settled_recent(now=now, using=using):
+        slots = buckets.setdefault(queue, [[0, 0] for _ in range(BUCKETS)])
+        # Bucket 0 is the newest five minutes; the chart reads left (oldest) to right.
+        slot = slots[BUCKETS - 1 - min(max(bucket, 0), BUCKETS - 1)]
+        slot[0 if outcome == "succeeded" else 1] += count
+    return {
+        queue: {
+            "buckets": tuple((c, f) for c, f in slots),
+            "completed_hour": sum(c for c, _ in slots),
+            "failed_hour": sum(f for _, f in slots),
+        }
+        for queue, slots in buckets.items()
+    }
+
+
+_SUMMED = (
+    "ready",
+    "scheduled",
+    "pending",
+    "running",
+    "stopping",
+    "stuck",
+    "live_held",
+    "completed_hour",
+    "failed_hour",
+    "schedules",
+)
+
+
+def _totals(queues: list[QueueStats], *, workers_alive: int, workers_stale: int) -> QueueStats:
+    """The all-queues row: counts summed, buckets summed slot by slot, the longest wait."""
+    waits = [q.oldest_wait for q in queues if q.oldest_wait is not None]
+    return QueueStats(
+        name="",
+        **{f: sum(getattr(q, f) for q in queues) for f in _SUMMED},
+        buckets=tuple(
+            (sum(q.buckets[i][0] for q in queues), sum(q.buckets[i][1] for q in queues)) for i in range(BUCKETS)
+        ),
+        workers_alive=workers_alive,
+        workers_stale=workers_stale,
+        oldest_wait=max(waits) if waits else None,
+    )
+
+
 def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -> Snapshot:
     """Read the dashboard's numbers for the instant ``now`` (default: the database's now())."""
     conf = wq_settings()
@@ -122,40 +188,14 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
     def row(queue: str) -> dict:
         return rows.setdefault(queue, {"name": queue})
 
-    for name in conf.queues:
-        row(name)["configured"] = True
-    for name in handlers.queues():
-        row(name)["has_handler"] = True
-
     control_rows = controls.all_controls(using=using)
-    for name in control_rows:
-        row(name)
-    held_back = controls.held_back_queues(using=using)
-    stats = store.queue_stats(now=now, stuck_after=float(conf.stuck_after), held_back=held_back, using=using)
-    for queue, ready, scheduled, pending, running, stopping, stuck, live_held, oldest_wait in stats:
-        row(queue).update(
-            ready=ready,
-            scheduled=scheduled,
-            pending=pending,
-            running=running,
-            stopping=stopping,
-            stuck=stuck,
-            live_held=live_held,
-            oldest_wait=float(oldest_wait) if oldest_wait is not None else None,
-        )
+    for name in {*conf.queues, *handlers.queues(), *control_rows}:
+        row(name).update(configured=name in conf.queues, has_handler=handlers.get(name) is not None)
+    for queue, update in _queue_counts(conf, now, using).items():
+        row(queue).update(update)
 
-    buckets: dict[str, list[list[int]]] = {}
-    for queue, outcome, bucket, count in store.queue_settled_recent(now=now, using=using):
-        slots = buckets.setdefault(queue, [[0, 0] for _ in range(BUCKETS)])
-        # Bucket 0 is the newest five minutes; the chart reads left (oldest) to right.
-        slot = slots[BUCKETS - 1 - min(max(bucket, 0), BUCKETS - 1)]
-        slot[0 if outcome == "succeeded" else 1] += count
-    for queue, slots in buckets.items():
-        row(queue).update(
-            buckets=tuple((c, f) for c, f in slots),
-            completed_hour=sum(c for c, _ in slots),
-            failed_hour=sum(f for _, f in slots),
-        )
+    for queue, update in _settled_last_hour(now, using).items():
+        row(queue).update(update)
 
     alive_all = stale_all = 0
     for queue, alive, stale in store.worker_liveness(now=now, stale_after=float(conf.worker_stale_after), using=using):
@@ -174,31 +214,7 @@ def snapshot(*, now: dt.datetime | None = None, using: str = DEFAULT_DB_ALIAS) -
         queues.append(
             QueueStats(**{**values, "max_running": flow.values["max_running"], "paused": flow.paused, "flow": flow})
         )
-    totals = QueueStats(
-        name="",
-        **{
-            f: sum(getattr(q, f) for q in queues)
-            for f in (
-                "ready",
-                "scheduled",
-                "pending",
-                "running",
-                "stopping",
-                "stuck",
-                "live_held",
-                "completed_hour",
-                "failed_hour",
-                "schedules",
-            )
-        },
-        buckets=tuple(
-            (sum(q.buckets[i][0] for q in queues), sum(q.buckets[i][1] for q in queues)) for i in range(BUCKETS)
-        ),
-        workers_alive=alive_all,
-        workers_stale=stale_all,
-    )
-    waits = [q.oldest_wait for q in queues if q.oldest_wait is not None]
-    totals = replace(totals, oldest_wait=max(waits) if waits else None)
+    totals = _totals(queues, workers_alive=alive_all, workers_stale=stale_all)
 
     env_rows = store.environment_stats(now=now, window=float(conf.polling_window), limit=ENVIRONMENT_LIMIT, using=using)
     environments = [

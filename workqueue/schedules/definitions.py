@@ -72,8 +72,6 @@ def validate(fields: dict, *, name: object = None) -> dict:
     Raises InvalidSchedule naming the schedule and what to fix; used by the settings sync,
     the system checks, the command and the admin form alike.
     """
-    from workqueue.items import validate_metadata
-
     name = name if name is not None else fields.get("name")
     where = f"schedule {name!r}: "
     try:
@@ -83,21 +81,7 @@ def validate(fields: dict, *, name: object = None) -> dict:
             )
         out = dict(fields)
         out["name"] = name
-        cron, every = out.get("cron") or "", out.get("every")
-        if bool(cron) == (every is not None):
-            raise InvalidSchedule("give exactly one of a cron expression (cron) or an interval (every)")
-        if every is not None:
-            out["every"] = parse_interval(every)
-            out["cron"] = ""
-        else:
-            out["cron"] = check_cron(" ".join(str(cron).split()))
-            out["every"] = None
-        out["timezone"] = out.get("timezone") or django_settings.TIME_ZONE or "UTC"
-        check_timezone(out["timezone"])
-        misfire = out.get("misfire") or "latest"
-        if misfire not in ("latest", "all", "skip"):
-            raise InvalidSchedule(f"misfire must be latest, all or skip, not {misfire!r}")
-        out["misfire"] = misfire
+        _validate_timing(out)
         out["priority"] = values.priority(out.get("priority", 0), error=InvalidSchedule)
         targets = [t for t, f in (("item", "queue"), ("operation", "kind"), ("task", "task")) if out.get(f)]
         if len(targets) != 1:
@@ -106,50 +90,86 @@ def validate(fields: dict, *, name: object = None) -> dict:
             )
         out["target"] = targets[0]
         if out["target"] == "item":
-            queue = out["queue"]
-            if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
-                raise InvalidSchedule(f"bad queue name {queue!r}")
-            if queue not in wq_settings().queues and handlers.get(queue) is None:
-                raise InvalidSchedule(
-                    f"unknown queue {queue!r}: no handler is registered for it and WORKQUEUE['QUEUES'] does not list it"
-                )
-            try:
-                out["metadata"] = validate_metadata(out.get("metadata") or {})
-            except InvalidInput as exc:
-                raise InvalidSchedule(str(exc))
-            prefix = out.get("key_prefix") or ""
-            if not isinstance(prefix, str) or len(prefix) > 200 or not values.storable(prefix):
-                raise InvalidSchedule(
-                    f"key prefix must be a string of at most 200 characters (UTF-8 text, no NUL), not {prefix!r}"
-                )
+            _validate_item_target(out)
         else:
-            hook = hooks.schedule_target(out["target"])
-            if hook is None:
-                raise InvalidSchedule(
-                    f"{out['target']} schedules need the operations app: add 'operations' to INSTALLED_APPS"
-                )
-            if out["target"] == "task" and not isinstance(out.get("args") or [], list):
-                raise InvalidSchedule(f"task args must be a JSON list, not {out.get('args')!r}")
-            problems = hook[1](out)
-            if problems:
-                raise InvalidSchedule("; ".join(problems))
+            _validate_hooked_target(out)
         for key in ("metadata", "request", "args"):
             try:
                 json.dumps(out.get(key), allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise InvalidSchedule(f"{key} must be JSON-serialisable ({exc})")
-        out.setdefault("metadata", {})
-        out.setdefault("args", [])
-        out.setdefault("key_prefix", "")
-        out.setdefault("queue", "")
-        out.setdefault("kind", "")
-        out.setdefault("task", "")
-        out.setdefault("request", None)
-        out.setdefault("priority", 0)
+        for key, default in _DEFAULTS.items():
+            out.setdefault(key, default() if callable(default) else default)
         return out
     except InvalidSchedule as exc:
         message = str(exc)
         raise InvalidSchedule(message if message.startswith(where) else where + message)
+
+
+#: What a validated definition holds for the fields it did not give.
+_DEFAULTS: dict = {
+    "metadata": dict,
+    "args": list,
+    "key_prefix": "",
+    "queue": "",
+    "kind": "",
+    "task": "",
+    "request": None,
+    "priority": 0,
+}
+
+
+def _validate_timing(out: dict) -> None:
+    """cron or every (exactly one), the timezone and the misfire policy, normalised in place."""
+    cron, every = out.get("cron") or "", out.get("every")
+    if bool(cron) == (every is not None):
+        raise InvalidSchedule("give exactly one of a cron expression (cron) or an interval (every)")
+    if every is not None:
+        out["every"] = parse_interval(every)
+        out["cron"] = ""
+    else:
+        out["cron"] = check_cron(" ".join(str(cron).split()))
+        out["every"] = None
+    out["timezone"] = out.get("timezone") or django_settings.TIME_ZONE or "UTC"
+    check_timezone(out["timezone"])
+    misfire = out.get("misfire") or "latest"
+    if misfire not in ("latest", "all", "skip"):
+        raise InvalidSchedule(f"misfire must be latest, all or skip, not {misfire!r}")
+    out["misfire"] = misfire
+
+
+def _validate_item_target(out: dict) -> None:
+    """A work-item schedule: a known queue, its metadata and key prefix."""
+    from workqueue.items import validate_metadata
+
+    queue = out["queue"]
+    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+        raise InvalidSchedule(f"bad queue name {queue!r}")
+    if queue not in wq_settings().queues and handlers.get(queue) is None:
+        raise InvalidSchedule(
+            f"unknown queue {queue!r}: no handler is registered for it and WORKQUEUE['QUEUES'] does not list it"
+        )
+    try:
+        out["metadata"] = validate_metadata(out.get("metadata") or {})
+    except InvalidInput as exc:
+        raise InvalidSchedule(str(exc))
+    prefix = out.get("key_prefix") or ""
+    if not isinstance(prefix, str) or len(prefix) > 200 or not values.storable(prefix):
+        raise InvalidSchedule(
+            f"key prefix must be a string of at most 200 characters (UTF-8 text, no NUL), not {prefix!r}"
+        )
+
+
+def _validate_hooked_target(out: dict) -> None:
+    """An operation or task schedule: checked by the operations app's hook."""
+    hook = hooks.schedule_target(out["target"])
+    if hook is None:
+        raise InvalidSchedule(f"{out['target']} schedules need the operations app: add 'operations' to INSTALLED_APPS")
+    if out["target"] == "task" and not isinstance(out.get("args") or [], list):
+        raise InvalidSchedule(f"task args must be a JSON list, not {out.get('args')!r}")
+    problems = hook[1](out)
+    if problems:
+        raise InvalidSchedule("; ".join(problems))
 
 
 def from_settings_entry(name: object, raw: object) -> dict:

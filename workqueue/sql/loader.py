@@ -185,6 +185,35 @@ def expand(text: str, lookup: Callable[[str], Fragment | None], source: str) -> 
     return "".join(out)
 
 
+class _Expander:
+    """Expands fragment blocks on first use, each once, refusing a cycle and unused or unknown
+    arguments; ``fragments`` gains each as it is expanded."""
+
+    def __init__(self, blocks: Mapping[str, _Block], fragments: dict[str, Fragment]):
+        self.blocks = blocks
+        self.fragments = fragments
+        self.expanding: list[str] = []
+
+    def lookup(self, name: str) -> Fragment | None:
+        if name in self.fragments:
+            return self.fragments[name]
+        block = self.blocks.get(name)
+        if block is None or block.kind != "fragment":
+            return None
+        if name in self.expanding:
+            raise SqlTemplateError(f"{block.source}: fragments use each other: {' -> '.join([*self.expanding, name])}")
+        self.expanding.append(name)
+        text = expand(block.text, self.lookup, block.source)
+        self.expanding.pop()
+        used, params = set(_PARAM.findall(text)), set(block.params)
+        if used - params:
+            raise SqlTemplateError(f"{block.source}: ${min(used - params)} is not an argument of {name}")
+        if params - used:
+            raise SqlTemplateError(f"{block.source}: {name} never uses its argument ${min(params - used)}")
+        self.fragments[name] = Fragment(name, block.params, text, block.source)
+        return self.fragments[name]
+
+
 class Catalog:
     """One app's statements and fragments, expanded; ``catalog[name]`` is a statement's SQL.
 
@@ -227,34 +256,14 @@ class Catalog:
             for block in parse(path.read_text(), f"{path.parent.parent.name}/{path.parent.name}/{path.name}"):
                 _claim(sources, block.name, block.source)
                 blocks[block.name] = block
-        expanding: list[str] = []
-
-        def lookup(name: str) -> Fragment | None:
-            if name in fragments:
-                return fragments[name]
-            block = blocks.get(name)
-            if block is None or block.kind != "fragment":
-                return None
-            if name in expanding:
-                raise SqlTemplateError(f"{block.source}: fragments use each other: {' -> '.join([*expanding, name])}")
-            expanding.append(name)
-            text = expand(block.text, lookup, block.source)
-            expanding.pop()
-            used, params = set(_PARAM.findall(text)), set(block.params)
-            if used - params:
-                raise SqlTemplateError(f"{block.source}: ${min(used - params)} is not an argument of {name}")
-            if params - used:
-                raise SqlTemplateError(f"{block.source}: {name} never uses its argument ${min(params - used)}")
-            fragments[name] = Fragment(name, block.params, text, block.source)
-            return fragments[name]
-
+        expander = _Expander(blocks, fragments)
         statements = {}
         for block in blocks.values():  # fragments first, in dependency order: each once
             if block.kind == "fragment":
-                lookup(block.name)
+                expander.lookup(block.name)
         for block in blocks.values():
             if block.kind == "statement":
-                text = expand(block.text, lookup, block.source)
+                text = expand(block.text, expander.lookup, block.source)
                 if param := _PARAM.search(text):
                     raise SqlTemplateError(f"{block.source}: ${param.group(1)} outside a fragment")
                 statements[block.name] = Statement(block.name, text, block.source)
