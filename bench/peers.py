@@ -242,6 +242,28 @@ def _driver(*args: str, env: dict | None = None, **kw) -> subprocess.Popen:
     )
 
 
+def _wait_connected(system: str, workers: list, pids, processes: int, timeout: float = 60) -> None:
+    """Until each worker process has its database connection (or one died: say why)."""
+    deadline = time.monotonic() + timeout
+    while len(pids()) < processes:
+        dead = [w for w in workers if w.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            err = dead[0].stderr.read().decode(errors="replace")[-2000:] if dead else ""
+            raise RuntimeError(f"{system} workers did not start:\n{err}")
+        time.sleep(0.05)
+
+
+def _wait_drained(conn, left_sql: str, items: int, started: float, time_limit: float) -> tuple[int, str]:
+    """Until no job is left or ``time_limit`` passed; (jobs left, a note when cut short)."""
+    while True:
+        left = conn.execute(left_sql).fetchone()[0]
+        if left == 0:
+            return 0, ""
+        if time.perf_counter() - started > time_limit:
+            return left, f"stopped after {time_limit:.0f} s: {items - left:,} of {items:,} done"
+        time.sleep(DRAIN_POLL)
+
+
 def peer_drain(
     system: str, settings: dict, processes: int, items: int, *, batch: int, concurrency: int, time_limit: float
 ) -> tuple[float, cpu.Cpu, int, str]:
@@ -283,13 +305,7 @@ def peer_drain(
         try:
             with psycopg.connect(db.conninfo, autocommit=True) as conn:
                 pids = cpu.backends_by_app_name(conn.cursor, name)
-                deadline = time.monotonic() + 60
-                while len(pids()) < processes:
-                    dead = [w for w in workers if w.poll() is not None]
-                    if dead or time.monotonic() > deadline:
-                        err = dead[0].stderr.read().decode(errors="replace")[-2000:] if dead else ""
-                        raise RuntimeError(f"{system} workers did not start:\n{err}")
-                    time.sleep(0.05)
+                _wait_connected(system, workers, pids, processes)
                 if enqueuer.stdout.readline().strip() != "ready":
                     raise RuntimeError(f"{system} enqueuer did not start:\n{enqueuer.stderr.read()[-2000:]}")
                 worker_pids = [w.pid for w in workers]
@@ -303,16 +319,7 @@ def peer_drain(
                         raise RuntimeError(f"{system} enqueue failed:\n{enqueuer.stderr.read()[-2000:]}")
                     meter = cpu.Meter(worker_pids, pids).start()
                 started = time.perf_counter()
-                left_sql = PEERS[system]["left"]
-                note = ""
-                while True:
-                    left = conn.execute(left_sql).fetchone()[0]
-                    if left == 0:
-                        break
-                    if time.perf_counter() - started > time_limit:
-                        note = f"stopped after {time_limit:.0f} s: {items - left:,} of {items:,} done"
-                        break
-                    time.sleep(DRAIN_POLL)
+                left, note = _wait_drained(conn, PEERS[system]["left"], items, started, time_limit)
                 elapsed = time.perf_counter() - started
                 spent = meter.stop()
                 done_n = items - left

@@ -44,20 +44,7 @@ def main() -> int:
     args = parser.parse_args()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
 
-    # Checks run once the sweeps below have run (a stale-sweep warning would only be noise here).
-    subprocess.check_call([*MANAGE, "migrate", "--noinput", "--skip-checks", "-v", "0"], cwd=ROOT, env=env)
-    subprocess.check_call([*MANAGE, "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, env=env)
-    if args.fresh:
-        subprocess.check_call([*MANAGE, "flush", "--noinput", "--skip-checks"], cwd=ROOT, env=env)
-        print("[make run] emptied the demo's tables (--fresh)", flush=True)
-    else:
-        left = backlog(env)
-        if left:
-            print(f"[make run] {left} items are left from a previous run; `make run-fresh` starts empty", flush=True)
-    # The sweeps cron would run; the worker below also runs them every 30 s (--maintenance).
-    for sweep in ("recover", "reap"):
-        subprocess.check_call([*MANAGE, sweep], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    subprocess.check_call([*MANAGE, "check", "--database", "default"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    prepare(env, fresh=args.fresh)
     setup = json.loads(subprocess.check_output([*MANAGE, "demo_setup", "--json"], cwd=ROOT, env=env))
     port = free_port(args.port)
     base = f"http://127.0.0.1:{port}"
@@ -121,9 +108,36 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    supervise(procs, start, lambda: stopping)
+    stop_all(procs)
+    print("[make run] stopped", flush=True)
+    return 0
+
+
+def prepare(env: dict, *, fresh: bool) -> None:
+    """Migrate, collect static files, empty the tables (``--fresh``), run the sweeps, check."""
+    # Checks run once the sweeps below have run (a stale-sweep warning would only be noise here).
+    subprocess.check_call([*MANAGE, "migrate", "--noinput", "--skip-checks", "-v", "0"], cwd=ROOT, env=env)
+    subprocess.check_call([*MANAGE, "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, env=env)
+    if fresh:
+        subprocess.check_call([*MANAGE, "flush", "--noinput", "--skip-checks"], cwd=ROOT, env=env)
+        print("[make run] emptied the demo's tables (--fresh)", flush=True)
+    else:
+        left = backlog(env)
+        if left:
+            print(f"[make run] {left} items are left from a previous run; `make run-fresh` starts empty", flush=True)
+    # The sweeps cron would run; the worker below also runs them every 30 s (--maintenance).
+    for sweep in ("recover", "reap"):
+        subprocess.check_call([*MANAGE, sweep], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    subprocess.check_call([*MANAGE, "check", "--database", "default"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+
+
+def supervise(procs: dict, start, stopping) -> None:
+    """Until ``stopping()``: start again, with a growing pause (2 s doubling to 30 s), any child
+    that exited."""
     restarts = dict.fromkeys(procs, 0)
     due: dict[str, float] = {}
-    while not stopping:
+    while not stopping():
         now = time.monotonic()
         for name, proc in procs.items():
             if name in due:
@@ -137,6 +151,10 @@ def main() -> int:
                 print(f"[make run] {name} exited with {proc.returncode}; starting it again in {wait}s", flush=True)
                 due[name] = now + wait
         time.sleep(0.5)
+
+
+def stop_all(procs: dict) -> None:
+    """One SIGTERM each, then up to 35 s for all of them to end (killed past it)."""
     for proc in procs.values():
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -146,8 +164,6 @@ def main() -> int:
             proc.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
-    print("[make run] stopped", flush=True)
-    return 0
 
 
 def backlog(env: dict) -> int:

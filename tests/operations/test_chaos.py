@@ -54,59 +54,11 @@ def test_chaos_every_operation_ends_terminal_once_with_workers_killed_at_random(
         ids[operations.start(kind, request).id] = kind
     assert len(ids) == 200
 
-    names = {}
-
-    def spawn():
-        return spawn_ops_worker(start_worker, names, "chaos")
-
-    workers = [spawn() for _ in range(WORKERS)]
-    killed: set[int] = set()
-    recovers: list[subprocess.Popen] = []
-    started = time.monotonic()
-    next_kill = started + rng.uniform(1.0, 2.0)
-    next_recover = started + 2.0
-    while Operation.objects.filter(pk__in=ids).active().exists():
-        now = time.monotonic()
-        assert now - started < DEADLINE_SECONDS, "operations were still unfinished at the deadline"
-        if now >= next_kill and now - started < CHAOS_SECONDS and len(killed) < MAX_KILLS:
-            # Kill, at a random moment, a random worker that is in the middle of running
-            # operations (never one still booting: on a slow machine that would kill nothing).
-            running = set(Operation.objects.filter(pk__in=ids, state="running").values_list("worker_id", flat=True))
-            busy = [w for w in workers if w.alive() and names[w] in running]
-            if busy:
-                victim = rng.choice(busy)
-                victim.kill()
-                killed.add(victim.pid)
-                workers.remove(victim)
-                workers.append(spawn())
-                next_kill = now + rng.uniform(0.5, 1.5)
-        if now >= next_recover and all(p.poll() is not None for p in recovers):
-            recovers.append(spawn_command("recover", stderr=subprocess.STDOUT))
-            next_recover = now + 2.0
-        time.sleep(0.1)
-
-    # None stuck: nothing left for any worker to do for these operations.
-    wait_until(
-        lambda: not WorkItem.objects.filter(key__in=ids).unsettled().exists(),
-        timeout=20,
-        message="every work item of the chaos operations to settle",
-    )
-    # A worker still booting has no SIGTERM handler yet: let the last ones come up first.
-    wait_until(
-        lambda: Worker.objects.filter(pk__in=[names[w] for w in workers]).count() == len(workers),
-        timeout=30,
-        message="the last workers to start",
-    )
-    for w in workers:
-        w.signal(signal.SIGTERM)
-    for w in workers:
-        assert w.wait(30) == 0, w.output()[-3000:]
-    for p in recovers:
-        output, _ = p.communicate(timeout=60)
-        assert p.returncode == 0, output
-        assert "operations_reoffered=" in output or "skipped" in output, output
+    chaos = Chaos(rng, ids, start_worker, spawn_command)
+    chaos.run()
+    chaos.stop()
     # How many recovers fit into the run depends on how fast processes start: at least one did.
-    assert len(killed) >= 4 and len(recovers) >= 1
+    assert len(chaos.killed) >= 4 and len(chaos.recovers) >= 1
 
     rows = {op.id: op for op in Operation.objects.filter(pk__in=ids)}
     began = defaultdict(list)
@@ -120,37 +72,118 @@ def test_chaos_every_operation_ends_terminal_once_with_workers_killed_at_random(
     taken_over = 0
     for op_id, kind in ids.items():
         op = rows[op_id]
-        assert op.done, op
-        if kind.endswith(".doomed"):
-            assert (op.state, op.error.code, op.error.retryable) == ("failed", "doomed", False), op.error
-        else:
-            assert op.state == "succeeded", (op, op.error)
-        if kind.endswith(".flaky"):
-            assert op.attempts >= 2
-        # Each attempt number was begun by exactly one worker.
-        numbers = [attempt for attempt, _pid in began[op_id]]
-        assert len(numbers) == len(set(numbers)), (op_id, began[op_id])
-        logged = [e["number"] for e in op.attempt_log]
-        assert logged == list(range(1, op.attempts + 1)), (op_id, op.attempt_log)
-        assert set(numbers) <= set(logged)
-        # At most one recorded success, and it is the last attempt.
-        successes = [e for e in op.attempt_log if e.get("outcome") == "succeeded"]
-        if op.state == "succeeded":
-            assert len(successes) == 1 and op.attempt_log[-1] is successes[0], op.attempt_log
-            assert succeeded_items[op_id] == 1
-            winner = successes[0]["number"]
-        else:
-            assert successes == [] and succeeded_items[op_id] == 0
-            winner = None
-        # Any other run that returned died before its end was written: its process was killed.
-        for attempt, pid in returned[op_id]:
-            if attempt != winner:
-                assert pid in killed, (op_id, attempt, pid, op.attempt_log)
+        check_operation(op, kind, began[op_id], succeeded_items[op_id])
+        check_other_runs_were_killed(op, returned[op_id], chaos.killed)
         if any("finished_at" not in e for e in op.attempt_log) and op.state == "succeeded":
             taken_over += 1
     # The kills really landed mid-operation, and those operations still succeeded.
     print(
-        f"chaos: {len(killed)} kills, {len(recovers)} recovers, {taken_over} taken over, "
-        f"{time.monotonic() - started:.1f}s, attempts {Counter(op.attempts for op in rows.values())}"
+        f"chaos: {len(chaos.killed)} kills, {len(chaos.recovers)} recovers, {taken_over} taken over, "
+        f"{time.monotonic() - chaos.started:.1f}s, attempts {Counter(op.attempts for op in rows.values())}"
     )
     assert taken_over >= 1
+
+
+class Chaos:
+    """The workers, the kills and the recovers of one chaos run."""
+
+    def __init__(self, rng: random.Random, ids: dict, start_worker, spawn_command):
+        self.rng = rng
+        self.ids = ids
+        self.start_worker = start_worker
+        self.spawn_command = spawn_command
+        self.names: dict = {}
+        self.workers = [self.spawn() for _ in range(WORKERS)]
+        self.killed: set[int] = set()
+        self.recovers: list[subprocess.Popen] = []
+        self.started = time.monotonic()
+
+    def spawn(self):
+        return spawn_ops_worker(self.start_worker, self.names, "chaos")
+
+    def run(self) -> None:
+        """Until every operation is done: kill a busy worker now and then (and start another),
+        and run ``recover`` every two seconds."""
+        next_kill = self.started + self.rng.uniform(1.0, 2.0)
+        next_recover = self.started + 2.0
+        while Operation.objects.filter(pk__in=self.ids).active().exists():
+            now = time.monotonic()
+            assert now - self.started < DEADLINE_SECONDS, "operations were still unfinished at the deadline"
+            kill_due = now >= next_kill and now - self.started < CHAOS_SECONDS and len(self.killed) < MAX_KILLS
+            if kill_due and self.kill_one():
+                next_kill = now + self.rng.uniform(0.5, 1.5)
+            if now >= next_recover and all(p.poll() is not None for p in self.recovers):
+                self.recovers.append(self.spawn_command("recover", stderr=subprocess.STDOUT))
+                next_recover = now + 2.0
+            time.sleep(0.1)
+
+    def kill_one(self) -> bool:
+        # Kill, at a random moment, a random worker that is in the middle of running
+        # operations (never one still booting: on a slow machine that would kill nothing).
+        running = set(Operation.objects.filter(pk__in=self.ids, state="running").values_list("worker_id", flat=True))
+        busy = [w for w in self.workers if w.alive() and self.names[w] in running]
+        if not busy:
+            return False
+        victim = self.rng.choice(busy)
+        victim.kill()
+        self.killed.add(victim.pid)
+        self.workers.remove(victim)
+        self.workers.append(self.spawn())
+        return True
+
+    def stop(self) -> None:
+        """Once nothing is stuck: SIGTERM the workers, and every recover ended well."""
+        # None stuck: nothing left for any worker to do for these operations.
+        wait_until(
+            lambda: not WorkItem.objects.filter(key__in=self.ids).unsettled().exists(),
+            timeout=20,
+            message="every work item of the chaos operations to settle",
+        )
+        # A worker still booting has no SIGTERM handler yet: let the last ones come up first.
+        wait_until(
+            lambda: Worker.objects.filter(pk__in=[self.names[w] for w in self.workers]).count() == len(self.workers),
+            timeout=30,
+            message="the last workers to start",
+        )
+        for w in self.workers:
+            w.signal(signal.SIGTERM)
+        for w in self.workers:
+            assert w.wait(30) == 0, w.output()[-3000:]
+        for p in self.recovers:
+            output, _ = p.communicate(timeout=60)
+            assert p.returncode == 0, output
+            assert "operations_reoffered=" in output or "skipped" in output, output
+
+
+def check_operation(op, kind: str, began: list, succeeded_items: int) -> None:
+    """Its end is the kind's, each attempt was begun once, and one success at most, the last."""
+    assert op.done, op
+    if kind.endswith(".doomed"):
+        assert (op.state, op.error.code, op.error.retryable) == ("failed", "doomed", False), op.error
+    else:
+        assert op.state == "succeeded", (op, op.error)
+    if kind.endswith(".flaky"):
+        assert op.attempts >= 2
+    # Each attempt number was begun by exactly one worker.
+    numbers = [attempt for attempt, _pid in began]
+    assert len(numbers) == len(set(numbers)), (op.id, began)
+    logged = [e["number"] for e in op.attempt_log]
+    assert logged == list(range(1, op.attempts + 1)), (op.id, op.attempt_log)
+    assert set(numbers) <= set(logged)
+    # At most one recorded success, and it is the last attempt.
+    successes = [e for e in op.attempt_log if e.get("outcome") == "succeeded"]
+    if op.state == "succeeded":
+        assert len(successes) == 1 and op.attempt_log[-1] is successes[0], op.attempt_log
+        assert succeeded_items == 1
+    else:
+        assert successes == [] and succeeded_items == 0
+
+
+def check_other_runs_were_killed(op, returned: list, killed: set[int]) -> None:
+    """Any run that returned but is not the recorded success died before its end was written:
+    its process was one this test killed."""
+    successes = [e["number"] for e in op.attempt_log if e.get("outcome") == "succeeded"]
+    winner = successes[0] if op.state == "succeeded" else None
+    for attempt, pid in returned:
+        if attempt != winner:
+            assert pid in killed, (op.id, attempt, pid, op.attempt_log)

@@ -313,39 +313,72 @@ async def async_orm(item, ctx):
 #   (returns a coroutine: the rest of the run goes on the event loop). Later attempts return.
 
 
-@handlers.register("test.endings")
-def endings(item, ctx):
-    from workqueue import Permanent, Retry
+def _end_complete(item, ctx):
+    with transaction.atomic():
+        ctx.complete()
 
-    end = item.metadata.get("end", "return")
-    if end == "complete":
+
+def _end_raise(item, ctx):
+    raise RuntimeError(f"test.endings {item.key}")
+
+
+def _end_retry(item, ctx):
+    from workqueue import Retry
+
+    raise Retry(delay=3600)
+
+
+def _end_permanent(item, ctx):
+    from workqueue import Permanent
+
+    raise Permanent(f"test.endings {item.key}")
+
+
+def _end_requeue(item, ctx):
+    _, first = Sample.objects.get_or_create(name=f"requeued:{item.key}", defaults={"value": 1})
+    if first:
         with transaction.atomic():
-            ctx.complete()
-    elif end == "raise":
-        raise RuntimeError(f"test.endings {item.key}")
-    elif end == "retry":
-        raise Retry(delay=3600)
-    elif end == "permanent":
-        raise Permanent(f"test.endings {item.key}")
-    elif end == "requeue":
-        _, first = Sample.objects.get_or_create(name=f"requeued:{item.key}", defaults={"value": 1})
-        if first:
-            with transaction.atomic():
-                ctx.requeue()
-    elif end in ("leaselost", "stale") and ctx.attempt == 1:
+            ctx.requeue()
+
+
+def _end_proof_taken(item, ctx):
+    if ctx.attempt == 1:
         WorkItem.objects.requeue_now([item.id])  # an operator's requeue: the proof is gone
-        if end == "leaselost":
+        if item.metadata["end"] == "leaselost":
             with transaction.atomic():
                 ctx.complete()  # raises LeaseLost
-    elif end == "hold" and ctx.attempt == 1:
+
+
+def _end_hold(item, ctx):
+    if ctx.attempt == 1:
         Sample.objects.create(name=f"started:{item.key}", value=ctx.attempt)
         if ctx.cancelled.wait(60):
             Sample.objects.create(name=f"cancelled:{item.key}", value=ctx.attempt)
-    elif end == "handoff":
-        import asyncio
 
-        async def rest():
-            await asyncio.sleep(0.05)
 
-        return rest()
-    return None
+def _end_handoff(item, ctx):
+    import asyncio
+
+    async def rest():
+        await asyncio.sleep(0.05)
+
+    return rest()
+
+
+_ENDINGS = {
+    "complete": _end_complete,
+    "raise": _end_raise,
+    "retry": _end_retry,
+    "permanent": _end_permanent,
+    "requeue": _end_requeue,
+    "leaselost": _end_proof_taken,
+    "stale": _end_proof_taken,
+    "hold": _end_hold,
+    "handoff": _end_handoff,
+}
+
+
+@handlers.register("test.endings")
+def endings(item, ctx):
+    end = _ENDINGS.get(item.metadata.get("end", "return"))
+    return end(item, ctx) if end is not None else None

@@ -150,51 +150,14 @@ def test_claims_and_wire_acks_racing_on_one_capped_queue_never_exceed_its_cap(en
         enqueue(None, per_lane, queue="test.wire.two", prefix="local")
         done = threading.Event()
         seen: list[int] = []
-
-        def claimer(n: int) -> int:
-            finished = 0
-            while finished < per_lane and not done.is_set():
-                items = WorkItem.objects.claim(["test.wire.two"], limit=cap, worker_id=f"claimer-{n}").items
-                for item in items:
-                    WorkItem.objects.complete(item)
-                    finished += 1
-                if not WorkItem.objects.filter(queue="test.wire.two", wire=False).unsettled().exists():
-                    break
-                if not items:
-                    time.sleep(0.005)  # the cap is full: let the other lane finish something
-            return finished
-
-        def poller(n: int) -> int:
-            finished = 0
-            while not done.is_set():
-                item = WorkItem.objects.poll(env.id, reclaim_older_than_ms=60_000, worker_id=f"poller-{n}").item
-                if item is None:
-                    if not WorkItem.objects.filter(queue="test.wire.two", wire=True).unsettled().exists():
-                        break
-                    time.sleep(0.005)  # the cap is full: let the other lane finish something
-                    continue
-                WorkItem.objects.ack(env.id, item.public_id, worker_id=f"poller-{n}")
-                WorkItem.objects.stop(env.id, item.public_id, force=True)
-                finished += 1
-            return finished
-
-        def watcher() -> None:
-            with connections["default"].cursor() as cur:
-                while not done.is_set():
-                    cur.execute(
-                        "SELECT count(*) FROM work_items WHERE queue = 'test.wire.two' AND lease_expires_at > now() "
-                        "AND (state IN ('starting', 'active', 'stopping') OR (state = 'queued' AND wire))"
-                    )
-                    seen.append(cur.fetchone()[0])
-
         remaining = [6]
         lock = threading.Lock()
 
         def body(i: int):
             if i == 0:
-                return watcher()
+                return watch_used_slots(done, seen)
             try:
-                return claimer(i) if i % 2 else poller(i)
+                return claim_lane(i, done, per_lane, cap) if i % 2 else wire_lane(env, i, done)
             finally:
                 with lock:
                     remaining[0] -= 1
@@ -205,3 +168,45 @@ def test_claims_and_wire_acks_racing_on_one_capped_queue_never_exceed_its_cap(en
     assert sum(r for r in results[1:] if r) == 2 * per_lane
     assert WorkItem.objects.filter(queue="test.wire.two").unsettled().count() == 0
     assert seen and max(seen) <= cap, f"{max(seen)} slots used at once; the cap is {cap}"
+
+
+def claim_lane(n: int, done: threading.Event, per_lane: int, cap: int) -> int:
+    """A worker's claims on test.wire.two, each completed at once; how many it finished."""
+    finished = 0
+    while finished < per_lane and not done.is_set():
+        items = WorkItem.objects.claim(["test.wire.two"], limit=cap, worker_id=f"claimer-{n}").items
+        for item in items:
+            WorkItem.objects.complete(item)
+            finished += 1
+        if not WorkItem.objects.filter(queue="test.wire.two", wire=False).unsettled().exists():
+            break
+        if not items:
+            time.sleep(0.005)  # the cap is full: let the other lane finish something
+    return finished
+
+
+def wire_lane(env, n: int, done: threading.Event) -> int:
+    """A self-hosted worker's polls, each acked and stopped at once; how many it finished."""
+    finished = 0
+    while not done.is_set():
+        item = WorkItem.objects.poll(env.id, reclaim_older_than_ms=60_000, worker_id=f"poller-{n}").item
+        if item is None:
+            if not WorkItem.objects.filter(queue="test.wire.two", wire=True).unsettled().exists():
+                break
+            time.sleep(0.005)  # the cap is full: let the other lane finish something
+            continue
+        WorkItem.objects.ack(env.id, item.public_id, worker_id=f"poller-{n}")
+        WorkItem.objects.stop(env.id, item.public_id, force=True)
+        finished += 1
+    return finished
+
+
+def watch_used_slots(done: threading.Event, seen: list[int]) -> None:
+    """Until ``done``: the used slots of test.wire.two, read over and over on its own connection."""
+    with connections["default"].cursor() as cur:
+        while not done.is_set():
+            cur.execute(
+                "SELECT count(*) FROM work_items WHERE queue = 'test.wire.two' AND lease_expires_at > now() "
+                "AND (state IN ('starting', 'active', 'stopping') OR (state = 'queued' AND wire))"
+            )
+            seen.append(cur.fetchone()[0])

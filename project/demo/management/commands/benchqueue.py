@@ -37,34 +37,39 @@ class Command(BaseCommand):
             "--only", help=f"Comma-separated sections to run, from: {', '.join(SECTIONS)} (default: all)."
         )
 
-    def handle(self, *args, **opts):
+    def options(self, opts: dict) -> Options:
+        """The run's Options from the command line (CommandError, exit 2, for a bad value)."""
         options = Options.quick_mode() if opts["quick"] else Options()
         options.log = lambda msg: self.stderr.write(msg)
-        if opts["runs"]:
-            options.runs = opts["runs"]
         if opts["workers"]:
             try:
                 options.workers = tuple(int(w) for w in opts["workers"].split(",") if w)
             except ValueError:
                 raise CommandError("--workers takes numbers like 1,2", returncode=2)
-        for key, attr in (("batch", "batch"), ("concurrency", "concurrency"), ("items", "drain_items")):
+        named = {"runs": "runs", "batch": "batch", "concurrency": "concurrency", "items": "drain_items"}
+        for key, attr in {**named, "rss_items": "rss_items"}.items():
             if opts[key]:
                 setattr(options, attr, opts[key])
-        if opts["rss_items"]:
-            options.rss_items = opts["rss_items"]
         for key in ("history_stopped", "history_scheduled"):
             if opts[key] is not None:
                 if opts[key] < 0:
                     raise CommandError(f"--{key.replace('_', '-')} takes a count of rows, 0 or more", returncode=2)
                 setattr(options, key, opts[key])
         if opts["only"]:
-            chosen = tuple(s.strip() for s in opts["only"].split(",") if s.strip())
-            unknown = [s for s in chosen if s not in SECTIONS]
-            if unknown:
-                raise CommandError(
-                    f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}", returncode=2
-                )
-            options.sections = chosen
+            options.sections = self.sections(opts["only"])
+        return options
+
+    def sections(self, only: str) -> tuple[str, ...]:
+        chosen = tuple(s.strip() for s in only.split(",") if s.strip())
+        unknown = [s for s in chosen if s not in SECTIONS]
+        if unknown:
+            raise CommandError(
+                f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}", returncode=2
+            )
+        return chosen
+
+    def handle(self, *args, **opts):
+        options = self.options(opts)
         report = run(options)
         self.stdout.write(report.table())
         if opts["json"]:
