@@ -93,7 +93,7 @@ def hold(request, reporter):
     honour = request.get("honour_cancel", True)
     deadline = time.monotonic() + float(request.get("seconds", 30))
     while time.monotonic() < deadline:
-        if honour and reporter.is_cancelled():
+        if honour and reporter.cancelled.is_set():  # any stop (is_cancelled(): a caller's cancel only)
             return {"stopped": "cancelled"}
         reporter.advance(1)
         time.sleep(0.05)
@@ -103,7 +103,7 @@ def hold(request, reporter):
 @kind("test.ops.takeover", count_label="ticks", max_attempts=2)
 def takeover(request, reporter):
     if reporter.attempt.number == 1:
-        while not reporter.is_cancelled():
+        while not reporter.cancelled.is_set():  # the takeover: the hold is lost, not cancelled
             reporter.advance(1)
             time.sleep(0.05)
         return None
