@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from django.conf import settings
 from django.test import override_settings
@@ -11,7 +13,7 @@ from operations import runner
 from operations.models import Operation
 from tests.conftest import wait_until
 from tests.operations.conftest import begin, claim_one, in_thread, op_row, reporter_for
-from tests.testapp.models import OperationRun
+from tests.testapp.models import OperationRun, Sample
 from workqueue import StopReason
 from workqueue.models import WorkItem
 from workqueue.sweeps import reap as reaper
@@ -101,3 +103,30 @@ def test_a_reporter_shares_the_workers_reason_both_ways():
     reporter.flush()
     assert ctx.stop_reason == reporter.stop_reason == "cancel_requested"
     assert ctx.is_cancelled() and ctx.cancelled.is_set() and reporter.is_cancelled()
+
+
+def why(op_id: str) -> list[tuple[str, int]]:
+    prefix = f"why:{op_id}:"
+    rows = Sample.objects.filter(name__startswith=prefix).values_list("name", "value")
+    return [(name.removeprefix(prefix), value) for name, value in rows]
+
+
+def test_a_deploy_stops_a_run_under_runworker_as_shutdown_not_as_a_cancel(ops_worker):
+    leaving = ops_worker("why-leaving", "--grace", "0.5")
+    op = operations.start("test.ops.why", {"seconds": 60})
+    wait_until(lambda: OperationRun.objects.filter(op_id=op.id).exists(), message="the run to begin")
+    leaving.signal(signal.SIGTERM)
+    assert leaving.wait(30) == 0, leaving.output()[-3000:]
+    assert why(op.id) == [("shutdown", 0)], leaving.output()[-3000:]
+    assert op_row(op.id).state == "pending"  # released for the next worker, not cancelled
+
+
+def test_a_cancel_reaches_a_run_under_runworker_as_cancel_requested(ops_worker):
+    worker = ops_worker("why-staying")
+    op = operations.start("test.ops.why", {"seconds": 60})
+    wait_until(lambda: OperationRun.objects.filter(op_id=op.id).exists(), message="the run to begin")
+    operations.cancel(op.id)
+    wait_until(lambda: why(op.id), timeout=20, message="the run to see the cancel")
+    assert why(op.id) == [("cancel_requested", 1)]
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
