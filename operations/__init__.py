@@ -34,6 +34,7 @@ _EXPORTS = {
     "Reporter": ("operations.reporter", "Reporter"),
     "AsyncReporter": ("operations.reporter", "AsyncReporter"),
     "Attempt": ("operations.reporter", "Attempt"),
+    "StopReason": ("workqueue.states", "StopReason"),
     "Operation": ("operations.models", "Operation"),
     "State": ("operations.models", "State"),
     "Progress": ("operations.models", "Progress"),

@@ -20,11 +20,12 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from workqueue import tracing
+from workqueue.states import StopReason
 
 if TYPE_CHECKING:
     from operations.models import Operation
@@ -51,6 +52,35 @@ class Ack:
     revision: int
     cancel_requested: bool
     held: bool
+
+
+class Stops(Protocol):
+    """Where a run's stop event and its reason live: the worker's ``Context`` (shared with the
+    worker, so its shutdown reaches the run at once), or the Reporter's own."""
+
+    @property
+    def cancelled(self) -> threading.Event: ...
+
+    @property
+    def stop_reason(self) -> StopReason | None: ...
+
+    def stop(self, reason: str) -> None: ...
+
+
+class OwnStops:
+    """``Stops`` for a Reporter made without a worker's Context: an event and its first reason."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, event: threading.Event | None = None):
+        self.cancelled = event if event is not None else threading.Event()
+        self.stop_reason: StopReason | None = None
+
+    def stop(self, reason: str) -> None:
+        with OwnStops._lock:
+            if self.stop_reason is None:
+                self.stop_reason = StopReason(reason)
+        self.cancelled.set()
 
 
 class CancelSignal:
@@ -107,13 +137,15 @@ class Reporter:
         count: int = 0,
         using: str = DEFAULT_DB_ALIAS,
         cancelled: threading.Event | None = None,
+        stops: Stops | None = None,
     ):
         self.op_id = op_id
         self.item_id = item_id
         self.token = token
         self.attempt = attempt
         self.count_label = count_label
-        self.cancelled = CancelSignal(cancelled)
+        self._stops: Stops = stops if stops is not None else OwnStops(cancelled)
+        self.cancelled = CancelSignal(self._stops.cancelled)
         self._lease = lease
         self.interval = interval
         self.using = using
@@ -190,9 +222,22 @@ class Reporter:
 
         return batches.previous_of(self.operation, using=self.using)
 
+    @property
+    def stop_reason(self) -> StopReason | None:
+        """Why the run was told to stop (the first reason given: ``cancel_requested``,
+        ``lease_lost``, ``timeout``, ``shutdown``...), or None while it may go on."""
+        return self._stops.stop_reason
+
     def is_cancelled(self) -> bool:
-        """True once somebody asked this operation to stop (never blocks)."""
-        return self.cancelled.is_set()
+        """True once somebody asked this operation to stop (never blocks). A shutdown, a lost
+        hold or a timeout set ``cancelled`` (stop now) but not this: the work is not unwanted."""
+        if self.cancel_requested or self.stop_reason is StopReason.CANCEL_REQUESTED:
+            return self.cancelled.is_set()  # and the run has looked (cancelled.observed)
+        return False
+
+    def signal_stop(self, reason: str) -> None:
+        """Tell the run to stop for ``reason`` (a ``StopReason``; the first one given is kept)."""
+        self._stops.stop(reason)
 
     def stopped_by_worker(self) -> bool:
         """Cancelled by the process hosting the run (shutdown), not by a request or a lost hold."""
@@ -262,11 +307,11 @@ class Reporter:
                 log.warning(
                     "%s: lease lost (another worker has it, or it was settled); stop producing effects", self.op_id
                 )
-                self.cancelled.set()
+                self.signal_stop(self._why_not_held())
                 return Ack(revision=self.revision, cancel_requested=self.cancel_requested, held=False)
             self.revision, self.cancel_requested = ack
             if self.cancel_requested:
-                self.cancelled.set()
+                self.signal_stop(StopReason.CANCEL_REQUESTED)
             if self._span is not None:
                 tracing.add_event(
                     self._span,
@@ -280,6 +325,17 @@ class Reporter:
                     },
                 )
             return Ack(revision=self.revision, cancel_requested=self.cancel_requested, held=True)
+
+    def _why_not_held(self) -> str:
+        """Why a flush found the operation no longer ours (one read, only then)."""
+        from operations import store
+
+        try:
+            return store.stop_reason(id=self.op_id, attempt=self.attempt.number, using=self.using)
+        except Exception as exc:
+            log.warning("could not read why %s was lost: %s", self.op_id, exc)
+            connections[self.using].close_if_unusable_or_obsolete()
+            return StopReason.LEASE_LOST
 
     def close(self) -> None:
         """Stop flushing (the run ended; its final write carries the progress).
@@ -297,7 +353,7 @@ class AsyncReporter(Reporter):
     The buffered methods are the same and only touch memory, so they never block the event
     loop; unit boundaries are written by the flusher thread within a tick (never on the
     loop); ``await reporter.flush()`` writes now, off the loop, and returns what it learned.
-    Test ``reporter.is_cancelled()`` between steps; a cancellation also reaches the run as
+    Test ``reporter.cancelled.is_set()`` between steps; a stop also reaches the run as
     ``CancelledError`` at its next ``await``. Do not call ``reporter.cancelled.wait()`` (it
     blocks the loop).
     """

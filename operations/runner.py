@@ -42,6 +42,7 @@ from operations.registry import registry
 from operations.reporter import AsyncReporter, Attempt, Reporter, flusher
 from operations.store import Proof
 from workqueue import tracing
+from workqueue.states import StopReason
 
 log = logging.getLogger("operations.runner")
 
@@ -185,12 +186,12 @@ def handle(item, ctx):
         units_total=op.units_total,
         count=op.count,
         using=using,
-        cancelled=ctx.cancelled,
+        stops=ctx,  # one stop event and reason: the worker's shutdown reaches the run at once
     )
     reporter.operation = op
     if op.cancel_requested:
         reporter.cancel_requested = True
-        reporter.cancelled.set()
+        reporter.signal_stop(StopReason.CANCEL_REQUESTED)
     if definition is None:
         _finish(reporter, common, state="failed", code=CODE_UNKNOWN_KIND, message=str(unknown), retryable=False)
         ctx.settled = True

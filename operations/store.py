@@ -194,6 +194,12 @@ def flush(
     return (rows[0][0], rows[0][1]) if rows else None
 
 
+def stop_reason(*, id: str, attempt: int, using: str = DEFAULT_DB_ALIAS) -> str:
+    """``op_stop_reason``: why a run no longer holds the operation (lease_lost if it is gone)."""
+    rows = run("op_stop_reason", {"id": id, "attempt": attempt}, using=using)
+    return rows[0][0] if rows else "lease_lost"
+
+
 def finish(
     *,
     id: str,

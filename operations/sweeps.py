@@ -12,7 +12,8 @@ from operations import batches, service, store
 from operations.conf import ops_settings
 from workqueue.hooks import MoveReason
 
-# How a queue rule's settlement of a work item settles its operation.
+# How a queue rule's settlement of a work item settles its operation (op_stop_reason reads
+# the hard_timeout code as a run's stop reason: keep them in step).
 _SETTLE = {
     MoveReason.ATTEMPTS_EXHAUSTED: (
         "failed",

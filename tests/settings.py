@@ -42,6 +42,10 @@ WORKQUEUE = {
         "test.wire.capped": {"over_wire": True, "max_running": 2},
         "test.wire.once": {"over_wire": True, "max_attempts": 1},
         "test.holdonce": {"lease": 2, "max_attempts": 3},
+        # why a run was stopped (tests/workqueue/test_stop_reasons.py)
+        "test.why": {"lease": 1.5, "max_attempts": 3},
+        "test.why.stall": {"lease": 3, "stall": 1.0},
+        "test.why.timeout": {"lease": 3, "hard_timeout": 1},
         "test.flaky": {"lease": 2, "retry_delay": 0.2, "retry_backoff": 1, "max_attempts": 10},
         # worker hardening (tests/workqueue/test_worker_hardening.py)
         "test.reclaim": {"lease": 2, "max_attempts": 3},

@@ -21,6 +21,7 @@ from workqueue.exceptions import (
     WorkqueueError,
     WorkqueueSettingsError,
 )
+from workqueue.states import StopReason
 
 __all__ = [
     "InvalidInput",
@@ -28,6 +29,7 @@ __all__ = [
     "LeaseLost",
     "Permanent",
     "Retry",
+    "StopReason",
     "UnknownEnvironment",
     "WorkqueueError",
     "WorkqueueSettingsError",

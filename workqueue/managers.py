@@ -32,7 +32,7 @@ from workqueue.items import (  # noqa: F401  (the metadata limits live with the 
     Item,
     validate_metadata,
 )
-from workqueue.states import HELD_STATES, LIVE_STATES, RUNNING_STATES, UNSETTLED_STATES, State
+from workqueue.states import HELD_STATES, LIVE_STATES, RUNNING_STATES, UNSETTLED_STATES, State, StopReason
 
 MAX_KEY_LENGTH = 512
 
@@ -538,6 +538,11 @@ class WorkItemManager(models.Manager):
         """How many runs in a row of this held item lost their connection; None if not held."""
         rows = store.item_connection_losses(id=item.id, token=item.lease_token, using=self.db)
         return rows[0][0] if rows else None
+
+    def stop_reason(self, item: Item) -> StopReason:
+        """Why a holder of ``item`` lost its proof: cancelled, timed out, or lost (see the statement)."""
+        rows = store.item_stop_reason(id=item.id, token=item.lease_token, attempts=item.attempts, using=self.db)
+        return StopReason(rows[0][0]) if rows else StopReason.LEASE_LOST
 
     def release_lost_connection(self, item: Item, error: str) -> bool:
         """Give back an item whose run lost its database connection, refunding its attempt and

@@ -24,6 +24,8 @@ handed out again, with one ``last_error`` text wherever that is decided (the
 
 from __future__ import annotations
 
+import enum
+
 from django.db import models
 
 
@@ -40,6 +42,22 @@ class Outcome(models.TextChoices):
     FAILED = "failed"
     CANCELLED = "cancelled"
     STOPPED = "stopped"
+
+
+class StopReason(enum.StrEnum):
+    """Why a run was told to stop (``ctx.stop_reason``, ``reporter.stop_reason``; None while it runs).
+
+    The first reason given wins: a run stopped for a shutdown and then cancelled keeps
+    ``shutdown``. Only ``cancel_requested`` is a caller's wish that the work not be done
+    (``is_cancelled()``); every other reason means "stop now, the work will be offered again"
+    (or, for ``timeout``, failed for good), so cleanup that undoes the work belongs there only.
+    """
+
+    CANCEL_REQUESTED = "cancel_requested"  # cancel_key, an operator's force stop, operations.cancel()
+    STALLED = "stalled"  # no progress() within the queue's stall budget: the lease is left to lapse
+    LEASE_LOST = "lease_lost"  # the proof went (another holder has the item) or the lease ran out
+    TIMEOUT = "timeout"  # the reaper failed the item past its queue's hard_timeout
+    SHUTDOWN = "shutdown"  # the worker is stopping: the grace period ended, the item was released
 
 
 # Live: at most one per (queue, key) (the work_items_live_key_uniq index); enqueue merges into it.

@@ -245,6 +245,11 @@ def item_connection_losses(*, id: int, token: Token, using: str = DEFAULT_DB_ALI
     return _run("item_connection_losses", {"id": id, "token": token}, using)
 
 
+def item_stop_reason(*, id: int, token: Token, attempts: int, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """``item_stop_reason``: (why the holder's proof went,); no row when the item is gone."""
+    return _run("item_stop_reason", {"id": id, "token": token, "attempts": attempts}, using)
+
+
 def item_requeue(*, id: int, token: Token, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
     """``item_requeue``: its id, queued again and ready now; no row when the proof is stale."""
     return _run("item_requeue", {"id": id, "token": token}, using)

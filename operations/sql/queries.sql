@@ -142,6 +142,22 @@ f AS (
 SELECT f.revision, f.cancel_requested, {notify:f.id}, {relaxed} FROM f;
 
 
+-- name: op_stop_reason
+-- Why a run's flush found it no longer holds the operation (asked only then, never on the
+-- flushes' path): cancelled (a cancel_key or force stop of its work item, through the
+-- items-moved hook) → cancel_requested; failed past its queue's hard_timeout (the hook's
+-- code) → timeout; anything else (another worker began it since: a begin charges an
+-- attempt, so attempts differ) → lease_lost.
+SELECT CASE
+    WHEN o.attempts <> %(attempt)s THEN 'lease_lost'
+    WHEN o.state = 'cancelled' OR o.cancel_requested THEN 'cancel_requested'
+    WHEN o.state = 'failed' AND o.error_code = 'hard_timeout' THEN 'timeout'
+    ELSE 'lease_lost'
+END
+FROM {table} AS o
+WHERE o.id = %(id)s;
+
+
 -- name: op_finish
 -- Write a terminal state with the final progress and drop the lease; settle the work item.
 -- cancel_wins: an error that races a requested cancellation is recorded as cancelled (code

@@ -27,10 +27,12 @@ class ExportRequest:
 def export(request: ExportRequest, reporter: operations.Reporter):
     reporter.set_units(request.units)
     for n in range(1, request.units + 1):
-        if reporter.is_cancelled():
+        if reporter.is_cancelled():  # a caller's cancel: the export is not wanted
             raise operations.Unretryable(
                 operations.Fail("cancelled", "stopped after %d of %d units", n - 1, request.units)
             )
+        if reporter.stop_reason is not None:  # a shutdown or a lost hold: the next attempt goes on
+            return None
         reporter.start_unit(f"part-{n}")
         reporter.say("exporting part %d of %d", n, request.units)
         step = max(1, request.records_per_unit // 10)

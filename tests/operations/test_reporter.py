@@ -125,7 +125,9 @@ def test_a_flush_after_a_takeover_returns_held_false_and_cancels_the_run():
     reporter.advance(1000)
     ack = reporter.flush()
     assert ack is not None and not ack.held
-    assert reporter.cancelled.is_set() and reporter.is_cancelled() and not reporter.held
+    assert reporter.cancelled.is_set() and not reporter.held
+    # Told to stop, but not cancelled: nobody asked for the work to be undone.
+    assert reporter.stop_reason == "lease_lost" and not reporter.is_cancelled()
     # The stale holder wrote nothing, and it stops trying: no statement at all from now on.
     assert op_row(began.id).count == 5
     with CaptureQueriesContext(connection) as queries:
@@ -147,7 +149,7 @@ def test_is_cancelled_never_blocks_and_records_whether_the_run_looked():
     _item, _began, reporter = running()
     assert reporter.is_cancelled() is False
     assert not reporter.cancelled.observed  # it looked, but nothing was set
-    reporter.cancelled.set()
+    reporter.signal_stop("cancel_requested")
     assert not reporter.cancelled.observed
     assert reporter.is_cancelled() is True
     assert reporter.cancelled.observed

@@ -17,6 +17,9 @@
   attempt); a cancelled run records a Sample "cancelled:<key>" and returns.
 - test.holdonce: holds its first attempt until cancelled (a worker to kill mid-item), then
   records and completes on any later attempt.
+- test.why / test.why.stall / test.why.timeout: record Sample "started:<key>", wait until told
+  to stop (never reporting progress), then record Sample "why:<key>:<ctx.stop_reason>" whose
+  value is ctx.is_cancelled() (1 or 0).
 - test.flaky: test.record on a queue that retries at once (database-outage tests).
 - test.flow / test.grouped / test.rated / test.grouped.lapse (flow control): wait for a
   Sample named metadata["until"] when given (renewing the lease), sleep metadata["seconds"]
@@ -138,6 +141,16 @@ def _sleepy(item, ctx):
 
 
 handlers.register("test.short", _sleepy)
+
+
+def _why(item, ctx):
+    Sample.objects.create(name=f"started:{item.key}", value=ctx.attempt)
+    if ctx.cancelled.wait(float(item.metadata.get("seconds", "60"))):
+        Sample.objects.create(name=f"why:{item.key}:{ctx.stop_reason}", value=int(ctx.is_cancelled()))
+
+
+for _queue in ("test.why", "test.why.stall", "test.why.timeout"):
+    handlers.register(_queue, _why)
 handlers.register("test.stall", _sleepy)
 handlers.register("test.timeout", _sleepy)
 

@@ -7,6 +7,8 @@
   cancelled unless ``honour_cancel`` is false (then it never looks and runs to the end).
 - test.ops.takeover: attempt 1 ticks until its process is killed (or it loses the
   operation); any later attempt succeeds. max_attempts 2, so attempt 2 is final.
+- test.ops.why: ticks until told to stop, then records Sample "why:<op id>:<stop_reason>"
+  whose value is ``reporter.is_cancelled()`` (1 or 0), and returns.
 - test.ops.fail: always ``Fail("upstream_down")`` (retried; max_attempts 3).
 - test.ops.atomic: two units, each inside the run's own transaction.atomic() (progress calls
   included), each longer than a progress interval.
@@ -93,7 +95,7 @@ def hold(request, reporter):
     honour = request.get("honour_cancel", True)
     deadline = time.monotonic() + float(request.get("seconds", 30))
     while time.monotonic() < deadline:
-        if honour and reporter.is_cancelled():
+        if honour and reporter.cancelled.is_set():  # any stop (is_cancelled(): a caller's cancel only)
             return {"stopped": "cancelled"}
         reporter.advance(1)
         time.sleep(0.05)
@@ -103,11 +105,21 @@ def hold(request, reporter):
 @kind("test.ops.takeover", count_label="ticks", max_attempts=2)
 def takeover(request, reporter):
     if reporter.attempt.number == 1:
-        while not reporter.is_cancelled():
+        while not reporter.cancelled.is_set():  # the takeover: the hold is lost, not cancelled
             reporter.advance(1)
             time.sleep(0.05)
         return None
     return {"attempt": reporter.attempt.number}
+
+
+@kind("test.ops.why", count_label="ticks")
+def why(request, reporter):
+    deadline = time.monotonic() + float(request.get("seconds", 60))
+    while time.monotonic() < deadline and not reporter.cancelled.is_set():
+        reporter.advance(1)
+        time.sleep(0.05)
+    name = f"why:{reporter.attempt.id}:{reporter.stop_reason}"
+    Sample.objects.create(name=name, value=int(reporter.is_cancelled()))
 
 
 @kind("test.ops.fail", max_attempts=3)

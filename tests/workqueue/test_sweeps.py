@@ -232,7 +232,7 @@ def test_hard_timeout_fails_the_item_clears_the_proof_and_tells_the_holder():
         assert reaper.fail_hard_timeouts() == 0, "not yet: it started less than hard_timeout ago"
         WorkItem.objects.filter(pk=slow.id).update(started_at=F("started_at") - dt.timedelta(seconds=2))
         assert reaper.fail_hard_timeouts() == 1
-        assert hold.cancelled.wait(3) and hold.reason == "lease_lost"
+        assert hold.cancelled.wait(3) and hold.reason == "timeout"
     finally:
         keeper.close()
     item = row("slow")

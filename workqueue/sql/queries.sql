@@ -265,6 +265,24 @@ SELECT connection_losses FROM work_items
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_running};
 
 
+-- name: item_stop_reason
+-- Why a holder lost its proof, asked once a renewal found it gone (never on the renewals'
+-- path): cancelled (cancel_key, force stop) or wound down by a graceful stop →
+-- cancel_requested; failed by the reaper past its hard_timeout (item_fail_hard_timeout's
+-- last_error) → timeout; anything else (another claim since ours, the row gone) →
+-- lease_lost. attempts = ours: nobody has claimed the item since (a claim charges one), so
+-- the stop was of our claim, not of a later holder's.
+SELECT CASE
+    WHEN w.attempts <> %(attempts)s THEN 'lease_lost'
+    WHEN w.state = 'stopped' AND w.outcome = 'cancelled' THEN 'cancel_requested'
+    WHEN w.state = 'stopping' AND w.lease_token = %(token)s THEN 'cancel_requested'
+    WHEN w.state = 'stopped' AND w.outcome = 'failed' AND w.last_error LIKE 'hard timeout:%%' THEN 'timeout'
+    ELSE 'lease_lost'
+END
+FROM work_items w
+WHERE w.id = %(id)s;
+
+
 -- name: item_assert_held
 -- Lock the row in the caller's transaction if the proof still matches.
 {item_lock_held:%(id)s, %(token)s, {states_held}};
@@ -338,7 +356,8 @@ RETURNING {item};
 
 -- name: item_fail_hard_timeout
 -- Reap: a held item running longer than its queue's hard_timeout (from this attempt's
--- started_at) is failed for good; clearing the proof tells the holder at its next renewal.
+-- started_at) is failed for good; clearing the proof tells the holder at its next renewal
+-- (item_stop_reason reads "hard timeout:" in last_error as the reason: keep the prefix).
 WITH t AS (
     SELECT * FROM unnest(%(queues)s::text[], %(timeouts)s::float8[]) AS t(queue, timeout_s)
 ),

@@ -7,7 +7,10 @@ import threading
 from django.db import transaction
 
 from workqueue.items import Item
+from workqueue.states import StopReason
 from workqueue.worker.lease import Hold
+
+_first_reason = threading.Lock()
 
 
 class Context:
@@ -15,9 +18,15 @@ class Context:
 
     - ``reclaimed``: the previous holder's lease lapsed (it died or stalled); surface recovery.
     - ``attempt`` / ``final``: this attempt's number, and whether a failure now is the last.
-    - ``cancelled``: an Event set when the lease is lost, the holder stalled, the item was
-      stopped (``cancel_key``, force stop) or the shutdown grace period ended. Check it
-      between steps and stop early.
+    - ``cancelled``: an Event set when the handler must stop, for any reason: the lease is
+      lost, the holder stalled, the item was stopped (``cancel_key``, force stop) or timed
+      out, or the shutdown grace period ended. Check it between steps and stop early.
+    - ``stop_reason``: why (a ``StopReason``: ``cancel_requested``, ``stalled``,
+      ``lease_lost``, ``timeout``, ``shutdown``), or None while the handler may go on. The
+      first reason given wins.
+    - ``is_cancelled()``: whether a caller cancelled the item (``stop_reason ==
+      "cancel_requested"``): undo the work only then; every other stop means the item will be
+      offered again (or, for ``timeout``, has failed), so leave what was done for the next try.
     - ``progress()``: report a real step of work (feeds the stall budget).
     - ``complete()`` / ``fail()`` / ``requeue()``: settle the item yourself, e.g. inside your
       own ``transaction.atomic()`` so the settlement commits with your writes. An ``async def``
@@ -25,12 +34,13 @@ class Context:
       inside a function it runs with ``sync_to_async`` (its transaction and all).
     """
 
-    __slots__ = ("_cancelled", "_hold", "_settling", "item", "settled", "using", "worker_id")
+    __slots__ = ("_cancelled", "_hold", "_reason", "_settling", "item", "settled", "using", "worker_id")
 
     def __init__(self, item: Item, hold: Hold | None, worker_id: str, using: str):
         self.item = item
         self._hold = hold
         self._cancelled = None if hold is not None else threading.Event()
+        self._reason: StopReason | None = None  # without a hold (the hold keeps its own)
         self._settling = False  # the handler wrote a settlement (it may still roll back)
         self.settled = False
         self.worker_id = worker_id
@@ -48,12 +58,27 @@ class Context:
         assert self._cancelled is not None  # made in __init__ whenever there is no hold
         return self._cancelled
 
-    def is_cancelled(self) -> bool:
-        """Whether the handler was told to stop (a non-blocking check)."""
+    @property
+    def stop_reason(self) -> StopReason | None:
+        """Why the handler was told to stop (the first reason given), or None."""
         if self._hold is not None:
-            return self._hold.is_cancelled()
-        assert self._cancelled is not None  # made in __init__ whenever there is no hold
-        return self._cancelled.is_set()
+            return self._hold.reason
+        return self._reason
+
+    def stop(self, reason: str) -> None:
+        """Tell the handler to stop for ``reason`` (a ``StopReason``; the first one given is kept)."""
+        if self._hold is not None:
+            self._hold.cancel(reason)
+            return
+        with _first_reason:
+            if self._reason is None:
+                self._reason = StopReason(reason)
+        self.cancelled.set()
+
+    def is_cancelled(self) -> bool:
+        """Whether a caller cancelled the item (``cancel_key``, a force stop): a non-blocking
+        check. A stall, a lost lease, a timeout or a shutdown set ``cancelled`` but not this."""
+        return self.stop_reason is StopReason.CANCEL_REQUESTED
 
     @property
     def reclaimed(self) -> bool:

@@ -4,8 +4,9 @@ Each held item is renewed every lease/3. One keeper serves many items (``runwork
 one per process) and renews all the due ones in one statement. It tells a holder to stop,
 through ``Hold.cancelled``, when:
 
-- a renewal finds the proof stale (``reason == "lease_lost"``): somebody else has the item,
-  or it was stopped;
+- a renewal finds the proof stale: somebody else has the item (``reason == "lease_lost"``),
+  it was cancelled (``cancel_key``, a force stop: ``"cancel_requested"``) or the reaper
+  failed it past its hard timeout (``"timeout"``), as the row says once the proof is gone;
 - the holder has not called ``progress()`` within its stall budget (``"stalled"``): the
   keeper then *stops renewing*, so the item becomes reclaimable exactly as if the process
   had died. Report progress at real steps of the work, never on a timer. The stall clock
@@ -49,6 +50,7 @@ import time
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from workqueue.items import Item
+from workqueue.states import StopReason
 from workqueue.worker.loop import BackgroundLoop
 
 log = logging.getLogger("workqueue.worker.lease")
@@ -95,7 +97,7 @@ class Hold:
         self.lease = lease
         self.stall = stall
         self._event: threading.Event | None = None  # made on first use: most holds never need one
-        self.reason: str | None = None
+        self.reason: StopReason | None = None  # why it was told to stop (the first reason given)
         # None: the stall clock has not started (the holder has not begun the work yet).
         self.last_progress: float | None = now if started else None
         self.state = HoldState.HELD
@@ -124,9 +126,10 @@ class Hold:
         return event is not None and event.is_set()
 
     def cancel(self, reason: str) -> None:
-        """Tell the holder to stop (``reason``: the first one given is kept)."""
-        if self.reason is None:
-            self.reason = reason
+        """Tell the holder to stop (``reason``, a ``StopReason``: the first one given is kept)."""
+        with Hold._create:  # the keeper's thread and the shutdown may give one at once
+            if self.reason is None:
+                self.reason = StopReason(reason)
         self.cancelled.set()
 
     @property
@@ -285,7 +288,7 @@ class LeaseKeeper(BackgroundLoop):
     def _renewed(self, hold: Hold, renewed: dict, started: float) -> None:
         key = (hold.item.id, hold.item.lease_token)
         if key not in renewed:
-            self._lost(hold, "the proof no longer matches")
+            self._lost(hold, "the proof no longer matches", ask_why=True)
             return
         expiry = renewed[key]
         if expiry is None:
@@ -297,7 +300,7 @@ class LeaseKeeper(BackgroundLoop):
             hold.deadline = started + hold.lease
             hold.next_renewal = started + hold.lease / 3
 
-    def _lost(self, hold: Hold, why: str) -> None:
+    def _lost(self, hold: Hold, why: str, *, ask_why: bool = False) -> None:
         with self._lock:
             if hold not in self._holds:
                 return  # dropped meanwhile: its holder settled it or handed it on
@@ -312,5 +315,17 @@ class LeaseKeeper(BackgroundLoop):
             from workqueue.exceptions import LeaseLost
 
             self.first_failure = LeaseLost(f"{hold.item!r}: {why}")
-        hold.lose("lease_lost")
+        hold.lose(self._stop_reason(hold) if ask_why else StopReason.LEASE_LOST)
         self.drop(hold)
+
+    def _stop_reason(self, hold: Hold) -> StopReason:
+        """Why the proof went (a cancel, a hard timeout, or another holder): asked only once
+        a renewal found it gone, never on the renewals' path."""
+        from workqueue.models import WorkItem
+
+        try:
+            return WorkItem.objects.db_manager(self.using).stop_reason(hold.item)
+        except Exception as exc:
+            log.warning("could not read why %r lost its lease (%s)", hold.item, exc.__class__.__name__)
+            connections[self.using].close_if_unusable_or_obsolete()
+            return StopReason.LEASE_LOST

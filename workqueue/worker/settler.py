@@ -91,7 +91,7 @@ class Settler:
             ctx.end_run()
         if outcome.action is not Action.COMPLETE or ctx.settled:
             self.ledger.finished(hold, ok=outcome.action is Action.COMPLETE)
-        elif ctx.is_cancelled():
+        elif hold.is_cancelled():  # told to stop, for any reason (ctx.is_cancelled(): a cancel only)
             verdict = self._returned_cancelled(hold)
         else:
             self._queue_completion(hold)

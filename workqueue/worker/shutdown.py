@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 
+from workqueue.states import StopReason
 from workqueue.worker.lease import LeaseKeeper
 from workqueue.worker.ledger import Ledger
 from workqueue.worker.loop import Signal
@@ -68,7 +69,7 @@ class Shutdown:
             # do on their way out can settle the items.
             settler.release(leftover, "shutdown")
             for hold in leftover:
-                hold.cancel("shutdown")
+                hold.cancel(StopReason.SHUTDOWN)
                 keeper.drop(hold)  # released: nothing left to renew
         for pool in pools:  # an event loop's cancelled coroutines stop at their next await
             pool.stop(0.5 if leftover else 5.0)

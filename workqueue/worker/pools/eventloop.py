@@ -11,7 +11,7 @@ the loop. It is a runner pool like the threads' (``workqueue.worker.pools``): th
 Cancellation: the lease keeper (or a shutdown, or a lost lease) cancels a run by setting its
 hold's ``cancelled`` event, as for a sync handler. The pool's watchdog sees the flag within
 ``WATCH_INTERVAL`` and cancels the handler's task, so the handler gets ``CancelledError`` at
-its next ``await`` (it can also test ``ctx.is_cancelled()`` between steps). A handler that
+its next ``await`` (it can also test ``ctx.cancelled.is_set()`` between steps). A handler that
 computes for a long time without awaiting holds the whole loop: it is cancelled at its next
 await, and the loop's other handlers carry on from there.
 
