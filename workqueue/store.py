@@ -116,6 +116,11 @@ def queue_with_due_work(*, queues: list[str], using: str = DEFAULT_DB_ALIAS) -> 
     return _run("queue_with_due_work", {"queues": queues}, using)
 
 
+def queue_names_in_families(*, prefixes: list[str], using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """``queue_names_in_families``: the queues under these prefixes that hold claimable or held items."""
+    return _run("queue_names_in_families", {"prefixes": prefixes}, using)
+
+
 def item_claim(
     *,
     queues: list[str],
