@@ -135,6 +135,14 @@ def item_claim(
     return _run("item_claim", params, using)
 
 
+def item_claim_one(
+    *, id: int, lease: float, worker_id: str, relaxed: bool = False, using: str = DEFAULT_DB_ALIAS
+) -> list[Row]:
+    """``item_claim_one``: the claimed columns of that one queued item, handed out; none if it is not queued."""
+    params = {"id": id, "lease": lease, "worker_id": worker_id, "relaxed": relaxed}
+    return _run("item_claim_one", params, using)
+
+
 def item_claim_capped(
     *,
     queues: list[str],

@@ -10,12 +10,23 @@
 ``drain`` runs handlers inline, in the calling thread and its transaction (no runworker, no
 threads, no leases renewed), settling items exactly as a worker would. An ``async def``
 handler is awaited there (``async_to_sync``), its ORM calls back on the calling thread.
+
+``WorkItemFactory``, ``ScheduleFactory`` and ``EnvironmentFactory`` (``workqueue.factories``)
+are factory-boy factories that write rows through the app's own statements; they need the
+``testing`` extra and are imported only when one is asked for, so a site without factory-boy
+pays nothing for this module::
+
+    from workqueue.testing import WorkItemFactory
+
+    def test_the_dashboard_counts_a_lapsed_item(admin_client):
+        WorkItemFactory(queue="emails", lapsed=True)
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import quote
 
 from asgiref.sync import async_to_sync
@@ -26,6 +37,16 @@ from workqueue import store
 from workqueue.exceptions import LeaseLost
 from workqueue.models import WorkItem
 from workqueue.worker import Context, failure_of
+
+FACTORIES = ("WorkItemFactory", "ScheduleFactory", "EnvironmentFactory")
+
+
+def __getattr__(name: str) -> Any:
+    if name in FACTORIES:
+        from workqueue import factories  # raises ImportError naming the extra without factory-boy
+
+        return getattr(factories, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def drain(queues: Iterable[str] | None = None, *, limit: int = 10_000, using: str = DEFAULT_DB_ALIAS) -> int:

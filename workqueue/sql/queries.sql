@@ -174,6 +174,23 @@ candidates AS (
 {claim_handed};
 
 
+-- name: item_claim_one
+-- Take one queued item, named by id, under a lease of %(lease)s seconds (the claim's take,
+-- claim_take, over that one row): what workqueue.testing's factories use to build a held (or,
+-- with a lease of a microsecond, a lapsed) item without claiming the queue's better items
+-- first. A delayed item is taken too (run_after is not looked at); nothing comes back for an
+-- item that is not queued, a wire item, or one a claim has locked.
+WITH candidates AS (
+    SELECT w.id, false AS lapsed, w.priority, w.run_after, w.attempts >= w.max_attempts AS spent,
+           w.queue AS queue_name, 1 AS quota, %(lease)s::float8 AS lease_s
+    FROM work_items w
+    WHERE w.id = %(id)s AND w.state = 'queued' AND NOT w.wire
+    FOR UPDATE SKIP LOCKED
+),
+{claim_take:candidates}
+{claim_handed};
+
+
 -- name: item_extend
 -- Move a held item's expiry out; the proof stays. Zero rows means the lease is lost.
 {item_extend_held:%(id)s, %(token)s, %(lease)s};
