@@ -72,8 +72,9 @@ ROOT_URLCONF = "project.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # The apps ship their admin templates (found through APP_DIRS); the demo has none of its own.
-        "DIRS": [],
+        # The demo's own pages (templates/ beside project/: the landing page, admin/base_site.html,
+        # 404.html, 500.html) come first; the apps ship theirs inside their packages (APP_DIRS).
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
