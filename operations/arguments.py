@@ -19,7 +19,7 @@ def queue(name: object) -> str:
     name = name or conf.queue
     if not isinstance(name, str) or not QUEUE_NAME.match(name):
         raise InvalidRequest(f"bad queue name {name!r}")
-    if name not in conf.queues:
+    if not conf.serves(name):
         raise InvalidRequest(
             f"queue {name!r} is not one the operations handler serves; add it to OPERATIONS['QUEUES'] "
             f"(now {conf.queues})"

@@ -132,8 +132,11 @@ class OperationsSettings:
             queues = [queue]
         if not isinstance(queues, list | tuple) or not all(isinstance(q, str) and QUEUE_NAME.match(q) for q in queues):
             raise OperationsSettingsError(f"OPERATIONS['QUEUES'] must be a list of queue names, not {queues!r}.")
-        # The django.tasks backend runs tasks as operations on queues of its own.
+        # The django.tasks backend runs tasks as operations on queues of its own: one per name in
+        # a backend's QUEUES, or, for QUEUES [] (Django's "any queue name"), a queue family:
+        # every queue named its QUEUE_PREFIX + anything.
         self.task_queues: list[str] = task_backend_queues()
+        self.task_families: list[str] = task_backend_families()
         self.queues: list[str] = sorted({queue, *queues, *self.task_queues})
         resolver = merged["OWNER_RESOLVER"]
         if not isinstance(resolver, str) and not callable(resolver):
@@ -150,23 +153,43 @@ class OperationsSettings:
     def table(self) -> str:
         return table_name(self.table_prefix)
 
+    def serves(self, queue: str) -> bool:
+        """Whether the operations handler serves ``queue``: one of ``queues``, or a task family's."""
+        return queue in self.queues or (bool(self.task_families) and queue.startswith(tuple(self.task_families)))
+
 
 TASK_BACKEND = "operations.tasks.backend.OperationsBackend"
 DEFAULT_TASK_QUEUE_PREFIX = "tasks."
 
 
-def task_backend_queues() -> list[str]:
-    """Workqueue queues the TASKS backends of ours use: QUEUE_PREFIX + each Django queue name."""
+def _task_backends() -> list[tuple[str, object]]:
+    """(QUEUE_PREFIX, QUEUES) of each TASKS backend of ours (QUEUES None when not given)."""
     out = []
     for params in (getattr(settings, "TASKS", None) or {}).values():
         if not isinstance(params, dict) or params.get("BACKEND") != TASK_BACKEND:
             continue
         options = params.get("OPTIONS") or {}
         prefix = options.get("QUEUE_PREFIX", DEFAULT_TASK_QUEUE_PREFIX) if isinstance(options, dict) else ""
-        for name in params.get("QUEUES") or ["default"]:
-            if isinstance(prefix, str) and isinstance(name, str):
+        if isinstance(prefix, str):
+            out.append((prefix, params.get("QUEUES")))
+    return out
+
+
+def task_backend_queues() -> list[str]:
+    """Workqueue queues the TASKS backends of ours use: QUEUE_PREFIX + each Django queue name
+    (a backend without QUEUES has Django's ["default"])."""
+    out = []
+    for prefix, names in _task_backends():
+        for name in ["default"] if names is None else names if isinstance(names, list | tuple | set) else []:
+            if isinstance(name, str):
                 out.append(prefix + name)
     return out
+
+
+def task_backend_families() -> list[str]:
+    """The QUEUE_PREFIX of each TASKS backend of ours whose QUEUES is empty (Django: any queue
+    name): every queue named that prefix + anything is a task queue."""
+    return sorted({prefix for prefix, names in _task_backends() if names is not None and not names and prefix})
 
 
 def table_prefix(prefix: object) -> str:

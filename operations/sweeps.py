@@ -28,8 +28,8 @@ _SETTLE = {
 
 def on_items_moved(items, reason: MoveReason, *, using: str = DEFAULT_DB_ALIAS) -> None:
     """Mirror what happened to operations' work items (settled, requeued, released) onto their operations."""
-    queues = set(ops_settings().queues)
-    ours = [item for item in items if item.queue in queues]
+    conf = ops_settings()
+    ours = [item for item in items if conf.serves(item.queue)]
     if not ours:
         return
     ids = [item.key for item in ours]

@@ -51,8 +51,17 @@ INSTALLED_APPS = [
     "operations",
     "project.demo.apps.DemoConfig",
 ]
-if importlib.util.find_spec("django_extensions") is not None:
+if importlib.util.find_spec("django_extensions") is not None:  # a dev dependency (requirements/dev.txt) only
     INSTALLED_APPS.append("django_extensions")
+# `manage.py shell_plus` (django-extensions): the models of every app, plus the apps' public API
+# for poking at the queue (WorkItem.objects.enqueue(...), operations.start(...), testing.drain()).
+SHELL_PLUS_IMPORTS = [
+    "import operations",
+    "from workqueue import handlers, testing, controls",
+    "from workqueue import LeaseLost, Permanent, Retry",
+    "from workqueue.conf import wq_settings",
+    "from operations.conf import ops_settings",
+]
 # Django 5.2 gets the task framework from the django-tasks backport (Django 6 ships it).
 if importlib.util.find_spec("django.tasks") is None and importlib.util.find_spec("django_tasks") is not None:
     INSTALLED_APPS.append("django_tasks")
@@ -72,8 +81,9 @@ ROOT_URLCONF = "project.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # The apps ship their admin templates (found through APP_DIRS); the demo has none of its own.
-        "DIRS": [],
+        # The demo's own pages (templates/ beside project/: the landing page, admin/base_site.html,
+        # 404.html, 500.html) come first; the apps ship theirs inside their packages (APP_DIRS).
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

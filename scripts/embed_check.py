@@ -5,7 +5,8 @@ demo project, which can hide what only a real embedding site would see (a templa
 lacks, a setting only the demo has). So, once per Django version ("leg"):
 
 1. build the sdist and the wheel (``python -m build``) and check both file lists, both ways:
-   every file of the two packages is in them, nothing from ``tests/``, ``project/`` or ``bench/``;
+   every file of the two packages is in them, nothing from ``tests/``, ``project/``, ``bench/``
+   or the demo's top-level ``templates/`` (a site without that folder gets every page: step 4);
 2. install the wheel into a new virtualenv outside the repository (nothing of the repository on
    ``PYTHONPATH``, run from a temporary directory) and ``django-admin startproject mysite``;
 3. apply the README's "Add it to your site" blocks verbatim (read from README.md, so the README
@@ -183,7 +184,7 @@ def check_contents(wheel: Path, sdist: Path) -> str:
             ):
                 if not any(re.match(pattern, n) for n in names):
                     problems.append(f"{label} has no {what} for {pkg}")
-        for banned in ("tests/", "project/", "bench/", "scripts/", "requirements/", "docs/"):
+        for banned in ("tests/", "project/", "bench/", "scripts/", "requirements/", "docs/", "templates/"):
             if bad := sorted(n for n in names if n.startswith(banned)):
                 problems.append(f"{label} carries {bad}")
     if problems:

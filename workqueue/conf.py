@@ -341,6 +341,8 @@ class WorkqueueSettings:
         self.queues: dict[str, QueueSettings] = _queues(merged["QUEUES"], self.queue_defaults)
         #: Queues an app declared in code (``declare_queue``) that the site's settings do not list.
         self.declared: dict[str, QueueSettings] = {}
+        #: Defaults an app declared for every queue named prefix + anything (``declare_queue_family``).
+        self.declared_families: dict[str, QueueSettings] = {}
         self._extra: dict[str, QueueSettings] = {}
 
     def _read_connection(self, merged: dict) -> None:
@@ -373,8 +375,17 @@ class WorkqueueSettings:
         """Settings for ``name``: its own entry, its declared defaults, or the defaults for a queue not listed."""
         found = self.queues.get(name) or self.declared.get(name) or self._extra.get(name)
         if found is None:
-            found = self._extra[name] = replace(self.queue_defaults, name=name)
+            found = self._extra[name] = replace(self._family_defaults(name), name=name)
         return found
+
+    def _family_defaults(self, name: str) -> QueueSettings:
+        """The declared defaults of the longest family prefix ``name`` starts with, else the defaults."""
+        matching = [prefix for prefix in self.declared_families if name.startswith(prefix)]
+        return self.declared_families[max(matching, key=len)] if matching else self.queue_defaults
+
+    def declare_family(self, prefix: str, **overrides) -> None:
+        """Let another app give every queue named ``prefix`` + anything its defaults."""
+        self.declared_families[prefix] = _queue(prefix, overrides, self.queue_defaults, f"defaults for {prefix!r}*")
 
     def declare(self, name: str, **overrides) -> None:
         """Let another app give a queue its defaults (settings the site wrote still win)."""
@@ -434,12 +445,24 @@ def declare_queue(name: str, **defaults) -> None:
     wq_settings.cache_clear()
 
 
+_declared_families: dict[str, dict] = {}
+
+
+def declare_queue_family(prefix: str, **defaults) -> None:
+    """Give every queue named ``prefix`` + anything defaults from code (a queue's own entry,
+    in the site's settings or declared, still wins)."""
+    _declared_families[prefix] = defaults
+    wq_settings.cache_clear()
+
+
 @cache
 def wq_settings() -> WorkqueueSettings:
     """The validated settings (cached; reset when tests override ``WORKQUEUE``)."""
     obj = WorkqueueSettings(getattr(settings, "WORKQUEUE", None))
     for name, defaults in _declared.items():
         obj.declare(name, **defaults)
+    for prefix, defaults in _declared_families.items():
+        obj.declare_family(prefix, **defaults)
     return obj
 
 

@@ -5,7 +5,9 @@
   that mirrors work items elsewhere (``operations``) can follow them atomically. ``queues``,
   a callable returning the names of the queues ``fn`` cares about, limits it to their items
   (it is not called for the others) and lets a claim or a wire poll on any other queue run
-  as one statement of its own, with no transaction around it (``watched``). ``reason`` is a
+  as one statement of its own, with no transaction around it (``watched``); ``prefixes``, a
+  callable returning queue family prefixes, adds every queue named one of them + anything.
+  ``reason`` is a
   ``MoveReason`` (a ``str`` enum, equal to its value):
 
   - settled by a queue rule: ``ATTEMPTS_EXHAUSTED`` (attempts spent on lapsed leases),
@@ -47,51 +49,70 @@ Sweep = Callable[..., dict[str, int]]
 ScheduleFire = Callable[..., tuple[str, str]]
 ScheduleCheck = Callable[..., list[str]]
 
-# Each hook with the callable naming its queues (None: every queue).
-_items_moved: list[tuple[ItemsMovedHook, Callable[[], Iterable[str]] | None]] = []
+Names = Callable[[], Iterable[str]]
+
+# Each hook with the callables naming its queues (None: every queue) and its queue families.
+_items_moved: list[tuple[ItemsMovedHook, Names | None, Names | None]] = []
 _schedule_targets: dict[str, tuple[ScheduleFire, ScheduleCheck]] = {}
 _sweeps: dict[str, dict[str, Sweep]] = {"recover": {}, "reap": {}}
 
 
-def on_items_moved(fn: ItemsMovedHook, *, queues: Callable[[], Iterable[str]] | None = None) -> ItemsMovedHook:
+def on_items_moved(fn: ItemsMovedHook, *, queues: Names | None = None, prefixes: Names | None = None) -> ItemsMovedHook:
     """Call ``fn(items, reason)`` whenever items are moved without their handler (a decorator too).
 
     ``queues``: a callable returning the names of the queues whose items ``fn`` wants (asked
-    each time, so it may follow settings); None, every queue's.
+    each time, so it may follow settings); None (and no ``prefixes``), every queue's.
+    ``prefixes``: a callable returning queue family prefixes whose queues ``fn`` wants too.
     """
-    if all(known is not fn for known, _ in _items_moved):
-        _items_moved.append((fn, queues))
+    if all(known is not fn for known, _, _ in _items_moved):
+        _items_moved.append((fn, queues, prefixes))
     return fn
 
 
 def off_items_moved(fn: ItemsMovedHook) -> None:
     """Stop calling ``fn`` (registered with ``on_items_moved``); nothing if it is not registered."""
-    _items_moved[:] = [(known, queues) for known, queues in _items_moved if known is not fn]
+    _items_moved[:] = [entry for entry in _items_moved if entry[0] is not fn]
+
+
+def _wanted(queues: Names | None, prefixes: Names | None) -> Callable[[str], bool] | None:
+    """A hook's test of a queue name, read from its callables now (None: it wants every queue)."""
+    if queues is None and prefixes is None:
+        return None
+    names = set(queues()) if queues is not None else set()
+    starts = tuple(prefixes()) if prefixes is not None else ()
+    return lambda name: name in names or (bool(starts) and name.startswith(starts))
 
 
 def watched(queues: Iterable[str]) -> bool:
     """Whether some hook wants items of these queues: a write that may move such items runs in
     a transaction for it; one that cannot interest any hook may be a statement of its own."""
-    names = set(queues)
-    return any(wants is None or not names.isdisjoint(wants()) for _fn, wants in list(_items_moved))
+    names = list(queues)
+    for _fn, wants, prefixes in list(_items_moved):
+        test = _wanted(wants, prefixes)
+        if test is None or any(test(name) for name in names):
+            return True
+    return False
 
 
 def watched_where(matches: Callable[[str], bool]) -> bool:
     """Whether some hook wants every queue, or one of its queues ``matches`` (for a write whose
-    queues are not known beforehand, such as a wire poll across an environment's queues)."""
-    return any(wants is None or any(matches(name) for name in wants()) for _fn, wants in list(_items_moved))
+    queues are not known beforehand, such as a wire poll across an environment's queues). A
+    hook on a queue family counts as watching: its queues cannot be listed beforehand."""
+    for _fn, wants, prefixes in list(_items_moved):
+        if wants is None or (prefixes is not None and list(prefixes())):
+            return True
+        if any(matches(name) for name in wants()):
+            return True
+    return False
 
 
 def items_moved(items: list, reason: MoveReason) -> None:
     """Tell every ``on_items_moved`` hook about items just moved (inside the moving transaction)."""
     if items:
         reason = MoveReason(reason)  # a typo'd reason fails here, not silently in a hook
-        for fn, wants in list(_items_moved):
-            if wants is None:
-                fn(items, reason)
-                continue
-            names = set(wants())
-            mine = [item for item in items if item.queue in names]
+        for fn, wants, prefixes in list(_items_moved):
+            test = _wanted(wants, prefixes)
+            mine = items if test is None else [item for item in items if test(item.queue)]
             if mine:
                 fn(mine, reason)
 

@@ -396,6 +396,18 @@ class WorkItemManager(models.Manager):
             result.flow = flow
         return result
 
+    def claim_one(self, item_id: int, *, worker_id: str, lease: float | None = None) -> Item | None:
+        """Take the queued item ``item_id`` under a lease (its queue's, or ``lease`` seconds),
+        ahead of the queue's better items; None when it is not queued. For tests and tools
+        that must hold one item of their choosing (``workqueue.testing``'s factories)."""
+        row = self.filter(pk=item_id).values_list("queue", flat=True).first()
+        if row is None:
+            return None
+        seconds = float(lease if lease is not None else wq_settings().queue(row).lease)
+        rows = store.item_claim_one(id=item_id, lease=seconds, worker_id=worker_id, using=self.db)
+        result = _claim_result(rows, worker_id)
+        return result.items[0] if result.items else None
+
     def _without_idle_gated(self, confs: list[QueueSettings]) -> list[QueueSettings]:
         """Leave out of a claim the capped and flow-controlled queues with nothing to take now.
 

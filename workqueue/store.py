@@ -116,6 +116,11 @@ def queue_with_due_work(*, queues: list[str], using: str = DEFAULT_DB_ALIAS) -> 
     return _run("queue_with_due_work", {"queues": queues}, using)
 
 
+def queue_names_in_families(*, prefixes: list[str], using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """``queue_names_in_families``: the queues under these prefixes that hold claimable or held items."""
+    return _run("queue_names_in_families", {"prefixes": prefixes}, using)
+
+
 def item_claim(
     *,
     queues: list[str],
@@ -128,6 +133,14 @@ def item_claim(
     """``item_claim``: the claimed columns of each item handed out or settled, then relaxed_commit."""
     params = {"queues": queues, "leases": leases, "limit": limit, "worker_id": worker_id, "relaxed": relaxed}
     return _run("item_claim", params, using)
+
+
+def item_claim_one(
+    *, id: int, lease: float, worker_id: str, relaxed: bool = False, using: str = DEFAULT_DB_ALIAS
+) -> list[Row]:
+    """``item_claim_one``: the claimed columns of that one queued item, handed out; none if it is not queued."""
+    params = {"id": id, "lease": lease, "worker_id": worker_id, "relaxed": relaxed}
+    return _run("item_claim_one", params, using)
 
 
 def item_claim_capped(

@@ -10,29 +10,52 @@
 ``drain`` runs handlers inline, in the calling thread and its transaction (no runworker, no
 threads, no leases renewed), settling items exactly as a worker would. An ``async def``
 handler is awaited there (``async_to_sync``), its ORM calls back on the calling thread.
+
+``WorkItemFactory``, ``ScheduleFactory`` and ``EnvironmentFactory`` (``workqueue.factories``)
+are factory-boy factories that write rows through the app's own statements; they need the
+``testing`` extra and are imported only when one is asked for, so a site without factory-boy
+pays nothing for this module::
+
+    from workqueue.testing import WorkItemFactory
+
+    def test_the_dashboard_counts_a_lapsed_item(admin_client):
+        WorkItemFactory(queue="emails", lapsed=True)
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import quote
 
 from asgiref.sync import async_to_sync
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from workqueue import handlers as registry
+from workqueue import store
 from workqueue.exceptions import LeaseLost
 from workqueue.models import WorkItem
 from workqueue.worker import Context, failure_of
 
+FACTORIES = ("WorkItemFactory", "ScheduleFactory", "EnvironmentFactory")
+
+
+def __getattr__(name: str) -> Any:
+    if name in FACTORIES:
+        from workqueue import factories  # raises ImportError naming the extra without factory-boy
+
+        return getattr(factories, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def drain(queues: Iterable[str] | None = None, *, limit: int = 10_000, using: str = DEFAULT_DB_ALIAS) -> int:
-    """Run every ready item of ``queues`` (default: every queue with a handler); return how many ran.
+    """Run every ready item of ``queues`` (default: every queue with a handler, and every queue
+    of a registered queue family that holds items); return how many ran.
 
     Items a handler retries come back only when their backoff has passed, so a drain ends.
     """
-    queues = sorted(queues or registry.queues())
+    queues = sorted(queues or _every_queue(using))
     manager = WorkItem.objects.db_manager(using)
     ran = 0
     while ran < limit:
@@ -63,6 +86,14 @@ def drain(queues: Iterable[str] | None = None, *, limit: int = 10_000, using: st
                         pass  # the handler settled it in a transaction whose on_commit has not run
             ran += 1
     return ran
+
+
+def _every_queue(using: str) -> list[str]:
+    """Every queue with a handler, and the queues of registered families that hold items."""
+    names = set(registry.queues())
+    if prefixes := registry.families():
+        names.update(name for (name,) in store.queue_names_in_families(prefixes=prefixes, using=using))
+    return sorted(names)
 
 
 async def _await(awaitable):

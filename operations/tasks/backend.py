@@ -17,7 +17,9 @@ task whose worker dies is retried by another worker, never left RUNNING. Works w
 The stored request keeps what ``.using()`` set (priority, queue, ``run_after``, backend alias),
 so ``get_result`` rebuilds the task as it was enqueued and the run happens on that backend.
 ``task_finished`` is sent once the end is saved, with the saved result. Where we differ from
-Django's development backends (JSON arguments, ``QUEUES: []``, retries) is in the README.
+Django's development backends (JSON arguments, retries) is in the README. ``QUEUES: []`` means
+what it means to Django, any queue name: ``runworker`` serves every queue named the backend's
+``QUEUE_PREFIX`` + anything (a queue family, ``workqueue.worker.families``).
 
 Beyond Django's API:
 
@@ -182,14 +184,13 @@ class OperationsBackend(BaseTaskBackend):
             )
             for problem in self.option_problems
         ]
-        if not self.queues:
+        if not self.queues and not self.option_problems and not self.settings["QUEUE_PREFIX"]:
             errors.append(
                 checks.Error(
-                    f"TASKS[{self.alias!r}]['QUEUES'] is empty: Django reads that as 'any queue name', "
-                    "but runworker serves only the queues it is told about, so a task on any other "
-                    "queue would wait forever.",
-                    hint='List every queue name your tasks use, e.g. "QUEUES": ["default", "emails"] '
-                    '(or leave QUEUES out for ["default"]).',
+                    f"TASKS[{self.alias!r}]['QUEUES'] is empty (any queue name) and OPTIONS['QUEUE_PREFIX'] "
+                    "is '': runworker serves such a backend's tasks as every queue named its prefix + "
+                    "anything, and with no prefix that would be every queue of the site.",
+                    hint='Keep a QUEUE_PREFIX (the default is "tasks.") or list the queue names in QUEUES.',
                     id="operations.E103",
                 )
             )
@@ -235,11 +236,6 @@ class OperationsBackend(BaseTaskBackend):
         import operations
 
         self.validate_task(task)
-        if not self.queues:
-            raise InvalidTask(
-                f"TASKS[{self.alias!r}]['QUEUES'] is empty, so no worker would serve queue "
-                f"{task.queue_name!r}: list the queue names your tasks use (operations.E103)"
-            )
         try:
             args_json = normalize_json(list(args))
             kwargs_json = normalize_json(dict(kwargs))

@@ -12,6 +12,7 @@ from django.core.management import call_command
 
 from tests.conftest import statements_run
 from workqueue.models import Environment, WorkItem
+from workqueue.testing import EnvironmentFactory
 from workqueue.wire import keys
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -62,7 +63,7 @@ def test_environments_rotate_key_changes_the_stored_hash(run_command):
 
 
 def test_enqueue_prints_the_work_id_and_takes_every_option(run_command):
-    env = Environment.objects.create(name="e", kind="cloud", key_hash="x" * 64, key_hint="x")
+    env = EnvironmentFactory(name="e", kind="cloud")
     plain, full = (
         run_command("enqueue", "test.noop", "k1"),
         run_command(
@@ -114,7 +115,7 @@ BAD = [
 
 
 def test_bad_arguments_get_a_one_line_error_exit_code_2_and_write_nothing(spawn_command):
-    Environment.objects.create(name="taken", kind="cloud", key_hash="t" * 64, key_hint="t")
+    EnvironmentFactory(name="taken", kind="cloud")
     commands = [args for args, _ in BAD] + [["environments", "create", "taken", "--kind", "cloud"]]
     names = [value for _, value in BAD] + ["'taken'"]
     for args, value, done in zip(commands, names, run_all(spawn_command, *commands), strict=True):

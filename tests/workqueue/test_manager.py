@@ -12,7 +12,8 @@ from django.db.models.functions import Now
 from tests.workqueue.conftest import load_item, row, run_threads, side_connection
 from workqueue.conf import wq_settings
 from workqueue.exceptions import InvalidInput, InvalidMetadata, LeaseLost, UnknownEnvironment
-from workqueue.models import Environment, WorkItem
+from workqueue.models import WorkItem
+from workqueue.testing import EnvironmentFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -161,8 +162,7 @@ def test_unknown_environment_id_is_refused_by_name_and_the_callers_transaction_s
 
 
 def test_wire_flag_follows_environment_kind_and_queue_over_wire():
-    cloud = Environment.objects.create(name="c", kind="cloud", key_hash="c" * 64, key_hint="c")
-    hosted = Environment.objects.create(name="h", kind="self_hosted", key_hash="h" * 64, key_hint="h")
+    cloud, hosted = EnvironmentFactory(kind="cloud"), EnvironmentFactory(kind="self_hosted")
     for env in (None, cloud, hosted):
         for queue in ("test.wire", "test.noop"):
             WorkItem.objects.enqueue(queue, f"{queue}-{env and env.kind}", environment=env)

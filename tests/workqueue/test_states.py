@@ -13,8 +13,9 @@ from operations import store as ops_store
 from tests.conftest import ROOT
 from tests.workqueue.conftest import row
 from workqueue import sql, states
-from workqueue.models import HELD_STATES, LIVE_STATES, UNSETTLED_STATES, Environment, WorkItem
+from workqueue.models import HELD_STATES, LIVE_STATES, UNSETTLED_STATES, WorkItem
 from workqueue.sql import generated
+from workqueue.testing import EnvironmentFactory
 
 SQL_FILES = sorted([*ROOT.glob("workqueue/sql/*.sql"), *ROOT.glob("operations/sql/*.sql")])
 STATE_NAMES = {s.value for s in states.State}
@@ -137,7 +138,7 @@ def test_every_lapsed_lease_decision_writes_one_message():
 
 @pytest.mark.django_db(transaction=True)
 def test_claim_poll_and_recover_fail_a_spent_lapsed_item_with_the_same_last_error():
-    env = Environment.objects.create(name="hosted", kind="self_hosted", key_hash="s" * 64, key_hint="s")
+    env = EnvironmentFactory(name="hosted")
     lapsed = {
         "state": "active",
         "lease_token": "00000000-0000-0000-0000-000000000001",

@@ -20,6 +20,7 @@ from workqueue.exceptions import LeaseLost
 from workqueue.models import Environment, MaintenanceRun, Poller, QueueStart, Worker, WorkItem
 from workqueue.sweeps import reap as reaper
 from workqueue.sweeps import recover as recovery
+from workqueue.testing import EnvironmentFactory
 from workqueue.worker.lease import LeaseKeeper
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,7 +46,7 @@ def snapshot() -> list[tuple]:
 @pytest.fixture
 def mess():
     """What crashes and time leave behind: one of each thing recover and reap deal with."""
-    env = Environment.objects.create(name="hosted", kind="self_hosted", key_hash="h" * 64, key_hint="h")
+    env = EnvironmentFactory(name="hosted")
     lapsed = Now() - AGO
     held = {"state": "active", "lease_token": "00000000-0000-0000-0000-000000000001", "started_at": Now()}
     # recover: stopping with a lapsed lease (finalized), and one still winding down.
@@ -201,7 +202,7 @@ def test_a_held_sweep_lock_makes_the_command_say_it_skipped(mess, run_command):
 def test_reap_deletes_only_stopped_items_past_retention_and_no_live_item_however_old():
     # What makes a row reapable is its state: every row here has each of its timestamps long
     # past the retention (stopped_at too), so nothing but the state can tell them apart.
-    env = Environment.objects.create(name="hosted", kind="self_hosted", key_hash="h" * 64, key_hint="h")
+    env = EnvironmentFactory(name="hosted")
     ancient = Now() - LONG_AGO
     old = {"created_at": ancient, "stopped_at": ancient, "started_at": ancient}
     token = "00000000-0000-0000-0000-000000000001"

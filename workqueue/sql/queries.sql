@@ -88,6 +88,36 @@ WHERE EXISTS (
       );
 
 
+-- name: queue_names_in_families
+-- The queues named PREFIX + anything, for these prefixes, that hold an item a claim may take
+-- (queued and not a wire item, or held, its lease maybe lapsed): how runworker finds the
+-- queues of a queue family (workqueue.worker.families), a django.tasks backend with QUEUES
+-- []. Two loose index scans (one probe per distinct queue name, not one per row): the
+-- distinct queues of work_items_claim_idx and of work_items_held_idx, each step the next name
+-- after the last; then only the names under a prefix. Every queue with work is walked (a
+-- range scan from the prefix would depend on the index's collation), and queues are few.
+WITH RECURSIVE ready(name) AS (
+    (SELECT w.queue FROM work_items w WHERE w.state = 'queued' AND NOT w.wire ORDER BY w.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT w.queue FROM work_items w
+            WHERE w.state = 'queued' AND NOT w.wire AND w.queue > r.name
+            ORDER BY w.queue LIMIT 1)
+    FROM ready r WHERE r.name IS NOT NULL
+),
+held(name) AS (
+    (SELECT w.queue FROM work_items w WHERE w.state IN {states_held} ORDER BY w.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT w.queue FROM work_items w
+            WHERE w.state IN {states_held} AND w.queue > h.name
+            ORDER BY w.queue LIMIT 1)
+    FROM held h WHERE h.name IS NOT NULL
+)
+SELECT n.name FROM (SELECT name FROM ready UNION SELECT name FROM held) AS n
+WHERE n.name IS NOT NULL
+  AND EXISTS (SELECT 1 FROM unnest(%(prefixes)s::text[]) AS p(prefix) WHERE starts_with(n.name, p.prefix))
+ORDER BY n.name;
+
+
 -- name: item_claim
 -- The in-process lane, for queues with no max_running (runworker claims relaxed: see
 -- the relaxed fragment in fragments.sql; a capped queue is claimed by item_claim_capped).
@@ -139,6 +169,23 @@ candidates AS (
     SELECT * FROM ranked WHERE rank <= quota
     ORDER BY priority DESC, run_after, id
     LIMIT %(limit)s
+),
+{claim_take:candidates}
+{claim_handed};
+
+
+-- name: item_claim_one
+-- Take one queued item, named by id, under a lease of %(lease)s seconds (the claim's take,
+-- claim_take, over that one row): what workqueue.testing's factories use to build a held (or,
+-- with a lease of a microsecond, a lapsed) item without claiming the queue's better items
+-- first. A delayed item is taken too (run_after is not looked at); nothing comes back for an
+-- item that is not queued, a wire item, or one a claim has locked.
+WITH candidates AS (
+    SELECT w.id, false AS lapsed, w.priority, w.run_after, w.attempts >= w.max_attempts AS spent,
+           w.queue AS queue_name, 1 AS quota, %(lease)s::float8 AS lease_s
+    FROM work_items w
+    WHERE w.id = %(id)s AND w.state = 'queued' AND NOT w.wire
+    FOR UPDATE SKIP LOCKED
 ),
 {claim_take:candidates}
 {claim_handed};

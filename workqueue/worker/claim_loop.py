@@ -68,8 +68,11 @@ class ClaimLoop(BackgroundLoop):
         stopping: threading.Event,
         loop_queues: list[str] | None = None,
         loop_pool: Callable[[], RunnerPool] | None = None,
+        before_pass: Callable[[], None] | None = None,
     ):
         self.queues = queues  # every queue served (the heartbeat lists them)
+        self.before_pass = before_pass  # run at the start of each pass (finds a family's new queues)
+        self._loop_pool = loop_pool
         # The threads' lane, then the event loop's.
         on_loop = set(loop_queues or [])
         self.lanes: list[Lane] = []
@@ -108,6 +111,8 @@ class ClaimLoop(BackgroundLoop):
         drop_if_broken(self.using)
         self.beat()
         self._maintenance()
+        if self.before_pass is not None:
+            self.before_pass()
         self.claim_pass()
         timeout = self.idle_for()
         if timeout > 0 and self._deadline is not None:
@@ -129,6 +134,21 @@ class ClaimLoop(BackgroundLoop):
                 lane.notified()
         elif (named := self._lane_of.get(queue)) is not None:
             named.notified()
+
+    def serve(self, queue: str, *, on_loop: bool) -> None:
+        """Claim for ``queue`` too from now on (a queue family's, found while running), in the
+        event loop's lane or the threads', made if the worker had none yet."""
+        capacity = self.ledger.loop if on_loop else self.ledger.threads
+        lane = next((lane for lane in self.lanes if lane.capacity is capacity), None)
+        if lane is None:
+            loop_pool = self._loop_pool
+            runners: Callable[[], RunnerPool] = loop_pool if on_loop and loop_pool is not None else lambda: self.pool
+            lane = Lane([], runners, capacity)
+            self.lanes.append(lane)
+        lane.queues.append(queue)
+        self._lane_of[queue] = lane
+        self.queues.append(queue)
+        lane.notified()
 
     def idle_for(self) -> float:
         """How long the loop may wait before its next pass (0: go straight round). A pool whose

@@ -17,6 +17,7 @@ from workqueue import handlers as registry
 from workqueue import listener as listener_mod
 from workqueue.conf import wq_settings
 from workqueue.worker.claim_loop import ClaimLoop
+from workqueue.worker.families import Families, split_patterns
 from workqueue.worker.lease import LeaseKeeper
 from workqueue.worker.ledger import Ledger
 from workqueue.worker.loop import Signal
@@ -58,19 +59,14 @@ class Worker:
         conf = wq_settings()
         self.options = options
         self.using = options.using
-        self.queues = sorted(options.queues or registry.queues())
-        missing = [q for q in self.queues if registry.get(q) is None]
-        if missing:
-            raise ValueError(
-                f"no handler registered for queue(s) {', '.join(missing)}; "
-                f"registered: {', '.join(registry.queues()) or '(none)'}"
-            )
-        if not self.queues:
-            raise ValueError("no queues to serve: register a handler with workqueue.handlers.register()")
+        self.queues, prefixes = _served(options.queues)
         self.worker_id = options.worker_id or default_worker_id()
         self.concurrency = options.concurrency or conf.concurrency
         self.batch = options.batch or conf.batch
         self.poll = options.poll if options.poll is not None else conf.poll_interval
+        # Queue families (a django.tasks backend with QUEUES []): their queues join the claim
+        # as the worker finds them (workqueue.worker.families says how, and why not a prefix claim).
+        self.families = Families(prefixes, using=self.using, every=self.poll)
         self.grace = options.grace if options.grace is not None else conf.shutdown_grace
         # Keep up to one batch claimed ahead of the runners, and claim again once half of
         # it has started, so runners never sit idle while a claim is on the wire.
@@ -123,6 +119,7 @@ class Worker:
             stopping=self.shutdown.stopping,
             loop_queues=self.loop_queues,
             loop_pool=self.loop_pool,
+            before_pass=self._find_family_queues if self.families else None,
         )
         self._queue_set = set(self.queues)
         self._listen_token: int | None = None
@@ -172,6 +169,19 @@ class Worker:
         elif payload is None or payload in self._queue_set:
             self.claim_loop.notified(payload)
             self.wake.set()
+        elif self.families.covers(payload):
+            self.families.heard(payload)  # a queue of a family, new to this worker: served from the next pass
+            self.wake.set()
+
+    def _find_family_queues(self) -> None:
+        """Serve the family queues found since the last pass (the claim loop's thread)."""
+        for queue in self.families.new_names(self._queue_set):
+            handler = registry.get(queue)
+            if handler is None:
+                continue
+            log.info("worker %s now serving %s (queue family)", self.worker_id, queue)
+            self._queue_set.add(queue)
+            self.claim_loop.serve(queue, on_loop=handler.is_async)
 
     def run(self) -> int:
         if self.options.install_signals and threading.current_thread() is threading.main_thread():
@@ -185,7 +195,7 @@ class Worker:
         log.info(
             "worker %s serving %s (concurrency %d%s, batch %d, poll %.1fs)",
             self.worker_id,
-            ", ".join(self.queues),
+            ", ".join([*self.queues, *(f"{prefix}*" for prefix in self.families.prefixes)]),
             self.concurrency,
             f", async concurrency {self.async_concurrency}" if self.loop_queues else "",
             self.batch,
@@ -217,6 +227,25 @@ class Worker:
             self.lost,
         )
         connections.close_all()
+
+
+def _served(names: list[str]) -> tuple[list[str], list[str]]:
+    """The queues and queue family prefixes a worker serves (``--queue`` values, or every
+    queue and family with a handler); a ValueError names what has no handler."""
+    if not names:
+        queues, prefixes = registry.queues(), registry.families()
+    else:
+        queues, prefixes = split_patterns(names)
+    missing = [q for q in queues if registry.get(q) is None]
+    missing += [f"{p}*" for p in prefixes if not any(p.startswith(family) for family in registry.families())]
+    if missing:
+        known = [*registry.queues(), *(f"{p}*" for p in registry.families())]
+        raise ValueError(
+            f"no handler registered for queue(s) {', '.join(missing)}; registered: {', '.join(known) or '(none)'}"
+        )
+    if not queues and not prefixes:
+        raise ValueError("no queues to serve: register a handler with workqueue.handlers.register()")
+    return sorted(set(queues)), sorted(set(prefixes))
 
 
 def run_worker(options: WorkerOptions) -> int:

@@ -7,13 +7,14 @@ from django.urls import reverse
 import operations
 from operations.admin import STATE_COLORS, progress_bar
 from operations.models import Operation, State
+from operations.testing import OperationFactory
 from project.demo.kinds import ExportRequest
 
 
 def _op(state, **fields):
-    op = operations.start("demo.export", ExportRequest(units=3), owner=fields.pop("owner", "7"))
-    Operation.objects.filter(pk=op.id).update(state=state, **fields)
-    return Operation.objects.get(pk=op.id)
+    """A demo.export operation in ``state``, written as a worker writes it (OperationFactory)."""
+    fields.setdefault("owner", "7")
+    return OperationFactory(kind="demo.export", request=ExportRequest(units=3), state=state, **fields)
 
 
 def test_every_state_has_a_badge_colour_and_a_filter_entry(admin_client):
@@ -25,14 +26,14 @@ def test_every_state_has_a_badge_colour_and_a_filter_entry(admin_client):
 
 
 def test_changelist_shows_progress_attempts_and_errors(admin_client):
-    running = _op("running", units_total=9, units_done=3, count=4300, count_label="domains", attempts=1)
-    failed = _op("failed", error_code="no_such_subject", error_message="gone", attempts=2)
-    counting = _op("running", units_total=None, count=4300, count_label="records")
+    running = _op("running", units_total=9, units_done=3, count=4300)
+    failed = _op("failed", error_code="no_such_subject", error_message="gone", max_attempts=2)
+    counting = _op("running", units_total=None, count=4300)
     html = admin_client.get(reverse("admin:operations_operation_changelist")).content.decode()
     assert running.id in html and failed.id in html
-    assert "3 of 9" in html and "4,300 domains" in html
+    assert "3 of 9" in html and "4,300 records" in html
     assert "no_such_subject" in html
-    assert "1 / 5" in html and "2 / 5" in html
+    assert "1 / 5" in html and "1 / 2" in html
     # No denominator: a count, never a bar pretending to know the end.
     assert "op-progress-fill" not in progress_bar(counting)
     assert "4,300 records" in progress_bar(counting)
@@ -52,7 +53,7 @@ def test_filters_by_state_kind_and_owner(admin_client):
 
 
 def test_detail_page_renders_read_only_with_the_live_panel(admin_client):
-    op = _op("running", units_total=4, units_done=1, attempts=1)
+    op = _op("running", units_total=4, units_done=1)
     page = admin_client.get(reverse("admin:operations_operation_change", args=[op.id]))
     html = page.content.decode()
     assert page.status_code == 200
@@ -65,7 +66,7 @@ def test_detail_page_renders_read_only_with_the_live_panel(admin_client):
 
 def test_cancel_action_cancels_pending_and_flags_running(admin_client):
     pending = _op("pending")
-    running = _op("running", attempts=1)
+    running = _op("running")
     done = _op("succeeded")
     response = admin_client.post(
         reverse("admin:operations_operation_changelist"),
@@ -104,7 +105,7 @@ def test_the_changelist_reads_no_large_column_and_nothing_per_row(admin_client):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    ops = [_op("failed", error_code="boom", error_message="x" * 900, attempt_log=[{"n": i}]) for i in range(3)]
+    ops = [_op("failed", error_code="boom", error_message="x" * 900) for _ in range(3)]
     with CaptureQueriesContext(connection) as ctx:
         html = admin_client.get(reverse("admin:operations_operation_changelist")).content.decode()
     assert all(op.id in html for op in ops)
@@ -121,10 +122,10 @@ def test_the_detail_page_reads_the_operation_once(admin_client):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    op = _op("failed", error_code="boom", error_message="gone", attempts=2, attempt_log=[{"worker_id": "w1"}])
+    op = _op("failed", error_code="boom", error_message="gone")  # its attempt log names its worker
     with CaptureQueriesContext(connection) as ctx:
         html = admin_client.get(reverse("admin:operations_operation_change", args=[op.id])).content.decode()
-    assert "boom" in html and "w1" in html
+    assert "boom" in html and "testing.factory" in html
     table = Operation._meta.db_table
     reads = [q["sql"] for q in ctx.captured_queries if f'FROM "{table}"' in (q["sql"] or "")]
     assert len(reads) == 1, reads

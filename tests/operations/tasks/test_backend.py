@@ -440,14 +440,13 @@ def test_a_whole_float_priority_is_accepted_as_django_accepts_it():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_empty_queues_list_is_refused_by_check_and_at_enqueue():
+def test_an_empty_queues_list_takes_any_queue_name_as_django_does():
     empty = {"default": {"BACKEND": "operations.tasks.backend.OperationsBackend", "QUEUES": []}}
     with override_settings(TASKS=empty):
-        [message] = [m for m in checks.run_checks() if m.id == "operations.E103"]
-        assert "QUEUES" in message.msg and "wait forever" in message.msg
-        with pytest.raises(InvalidTask, match="QUEUES'] is empty"):
-            tasks.noop.using(queue_name="anything").enqueue()
-        assert not Operation.objects.exists()
+        assert [m.id for m in checks.run_checks() if m.id.startswith("operations.E10")] == []
+        result = tasks.noop.using(queue_name="anything").enqueue()
+        assert WorkItem.objects.get(key=result.id).queue == "tasks.anything"
+        assert Operation.objects.get(pk=result.id).queue == "tasks.anything"
 
 
 @pytest.mark.django_db(transaction=True)

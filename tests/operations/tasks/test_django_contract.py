@@ -17,7 +17,8 @@ What was adapted:
 - ``KeyboardInterrupt``: the ImmediateBackend lets it through and records nothing. Ours
   records the attempt as failed first, then lets it through in the main thread (it may be
   the user's Ctrl-C); in a worker's runner thread it is only recorded (see test_backend.py).
-- ``QUEUES: []`` ("any queue name") is refused by our check and enqueue (operations.E103).
+- ``QUEUES: []`` ("any queue name") is Django's: a task on any queue name is enqueued, and
+  ``runworker`` serves it as a queue family (test_any_queue.py runs one under a real worker).
 - The TaskResult ordering/equality/hash tests of Django's main branch (``__lt__``, equality
   ignoring ``backend``) are not in Django 6.1 or the 5.2 backport, so they are not here; on
   these versions TaskResult equality compares every field, which ``get_result(r.id) == r``
@@ -216,16 +217,17 @@ def test_unknown_queue_name():
 
 
 @db
-def test_unknown_queue_name_with_empty_queues_is_refused_at_enqueue():
-    # Django: QUEUES [] bypasses the queue check. Ours passes validate_task too, but refuses to
-    # enqueue onto a queue no worker would serve (and manage.py check says why, E103).
+def test_unknown_queue_name_with_empty_queues():
+    # Django: validation is bypassed when the backend's QUEUES is an empty list. Ours enqueues
+    # it onto the workqueue queue QUEUE_PREFIX + the name, which runworker serves as a family.
     settings = {**_tasks_setting(), "any": {"BACKEND": "operations.tasks.backend.OperationsBackend", "QUEUES": []}}
     with override_settings(TASKS=settings):
         anywhere = tasks.noop.using(queue_name="queue-2", backend="any")
         assert anywhere.queue_name == "queue-2"
-        with pytest.raises(InvalidTask, match="QUEUES'] is empty"):
-            anywhere.enqueue()
-    assert not Operation.objects.exists()
+        result = anywhere.enqueue()
+        assert result.status == TaskResultStatus.READY
+        assert WorkItem.objects.get(key=result.id).queue == "tasks.queue-2"
+        assert task_backends["any"].get_result(result.id) == result
 
 
 def test_call_task():

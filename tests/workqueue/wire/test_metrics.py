@@ -6,7 +6,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.workqueue.wire.helpers import enqueue
-from workqueue.models import Poller, WorkItem
+from workqueue.models import Poller
+from workqueue.testing import WorkItemFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,12 +33,12 @@ def scrape(http) -> dict[tuple[str, tuple], float]:
 def test_metrics_expose_queue_and_environment_gauges(http, sdk, env, cloud_env):
     enqueue(env, 3)
     enqueue(cloud_env, 2, prefix="cloud")
-    enqueue(None, 4, queue="test.noop", prefix="noop")
+    enqueue(None, 3, queue="test.noop", prefix="noop")
     work = sdk(env.key).beta.environments.work
     polled = work.poll(env.id, anthropic_worker_id="w1", reclaim_older_than_ms=60_000)
     work.ack(polled.id, environment_id=env.id)
     work.poll(env.id, anthropic_worker_id="w2", reclaim_older_than_ms=60_000)
-    WorkItem.objects.filter(key="noop_0").update(state="active", lease_expires_at="2000-01-01T00:00:00Z")
+    WorkItemFactory(queue="test.noop", key="noop_lapsed", lapsed=True)  # running, and stuck
 
     samples = scrape(http)
     queue = lambda name, q: samples[(f"workqueue_queue_{name}", (("queue", q),))]  # noqa: E731

@@ -18,7 +18,8 @@ class Command(BaseCommand):
             action="append",
             dest="queues",
             metavar="QUEUE",
-            help="Queue to serve (repeatable). Default: every queue with a registered handler.",
+            help="Queue to serve (repeatable); 'tasks.*' serves a queue family. "
+            "Default: every queue and queue family with a registered handler.",
         )
         parser.add_argument("--concurrency", type=COUNT, help="Threads running items (WORKQUEUE CONCURRENCY).")
         parser.add_argument(
