@@ -13,7 +13,14 @@ COV_ARGS ?= $(if $(PYTEST_ARGS),,--cov --cov-report=term-missing:skip-covered --
 VENV52  ?= .venv-django52
 STAMP52 := $(VENV52)/.installed
 
-.PHONY: run run-fresh test test-django52 test-embed test-pgbouncer mutants lint format bench bench-peers check venv clean
+# The documentation site's tools (requirements/docs.txt) live in their own virtualenv, so
+# `make test` never installs them.
+VENVDOCS  ?= .venv-docs
+STAMPDOCS := $(VENVDOCS)/.installed
+DOCS_PORT ?= 8001
+
+.PHONY: run run-fresh test test-django52 test-embed test-pgbouncer mutants lint format bench bench-peers check venv clean \
+	docs docs-serve docs-reference
 
 $(STAMP): requirements/base.txt requirements/dev.txt pyproject.toml
 	@PYBIN=$$(scripts/find-python) || exit 1; \
@@ -30,6 +37,13 @@ $(STAMP52): requirements/base.txt requirements/dev.txt requirements/django52.txt
 	$(VENV52)/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
 	$(VENV52)/bin/python -m pip install -q --disable-pip-version-check -r requirements/django52.txt -e .
 	@touch $(STAMP52)
+
+$(STAMPDOCS): requirements/docs.txt
+	@PYBIN=$$(scripts/find-python) || exit 1; \
+	 if [ ! -x $(VENVDOCS)/bin/python ]; then echo "creating $(VENVDOCS) with $$PYBIN"; "$$PYBIN" -m venv $(VENVDOCS) || exit 1; fi
+	$(VENVDOCS)/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(VENVDOCS)/bin/python -m pip install -q --disable-pip-version-check -r requirements/docs.txt
+	@touch $(STAMPDOCS)
 
 ## run: the demo site: database, migrations, a worker, the admin, demo work.
 run: $(STAMP)
@@ -88,5 +102,18 @@ bench: $(STAMP)
 bench-peers: $(STAMP)
 	$(DEVDB) $(PY) manage.py benchpeers $(PEERS_ARGS)
 
+## docs-reference: write docs/reference/settings.md and commands.md from the code (no database).
+docs-reference: $(STAMP)
+	$(PY) scripts/docs_reference.py
+
+## docs: the documentation site (MkDocs, Material theme) built with --strict into site/: a broken
+## link, a page missing from the nav or a docstring that does not render fails the build.
+docs: docs-reference $(STAMPDOCS)
+	NO_MKDOCS_2_WARNING=1 $(VENVDOCS)/bin/mkdocs build --strict --site-dir site
+
+## docs-serve: the same site served with live reload on http://127.0.0.1:$(DOCS_PORT)/.
+docs-serve: docs-reference $(STAMPDOCS)
+	NO_MKDOCS_2_WARNING=1 $(VENVDOCS)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
+
 clean:
-	rm -rf $(VENV) $(VENV52) .venv-peers .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(VENV52) $(VENVDOCS) .venv-peers .pytest_cache .ruff_cache .mypy_cache site

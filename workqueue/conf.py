@@ -48,6 +48,7 @@ class QueueSettings:
     max_attempts: int = 5
     #: Seconds before the first retry; later retries multiply it by ``retry_backoff``.
     retry_delay: float = 10.0
+    #: Factor each later retry's delay is multiplied by (``retry_delay * backoff ** (attempt - 1)``).
     retry_backoff: float = 2.0
     #: Upper bound on one retry's delay, seconds.
     max_retry_delay: float = 3600.0
@@ -103,7 +104,7 @@ DEFAULTS: dict[str, object] = {
     "STARTUP_LEASE": 60.0,  # wire: lease an ack installs until the first heartbeat
     "HEARTBEAT_TTL": 60.0,  # wire: lease a heartbeat extends by default
     "HEARTBEAT_TTL_MIN": 10.0,  # wire: desired_ttl_seconds is clamped to [MIN, MAX]
-    "HEARTBEAT_TTL_MAX": 600.0,
+    "HEARTBEAT_TTL_MAX": 600.0,  # wire: the upper end of that clamp
     "POLLING_WINDOW": 30.0,  # wire: a poller counts in workers_polling for this long
     "FINALIZE_BATCH": 50,  # wire: abandoned stopping items one poll finalizes
     "RECOVER_BATCH": 500,  # recover: items per sweep

@@ -1,0 +1,83 @@
+"""The documentation site's generated references (scripts/docs_reference.py, run by `make docs`):
+every setting and every management command of both apps is in them, each setting with the
+description its source gives it, and they are built without a database."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import get_commands, load_command_class
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def reference():
+    spec = importlib.util.spec_from_file_location("docs_reference", ROOT / "scripts" / "docs_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_setting_key_is_in_the_settings_reference_with_its_default(reference):
+    from operations import conf as ops_conf
+    from workqueue import conf as wq_conf
+
+    text = reference.settings_markdown()
+    keys = reference.all_setting_keys()
+    assert keys["WORKQUEUE"] == list(wq_conf.DEFAULTS) and keys["OPERATIONS"] == list(ops_conf.DEFAULTS)
+    assert set(keys["QUEUES"]) == wq_conf.QUEUE_KEYS
+    for section, names in keys.items():
+        for name in names:
+            assert f"| `{name}` |" in text, f"{section} {name} is missing from the settings reference"
+    assert "| `LEASE` | `120` | seconds |" in text  # OPERATIONS' default, from DEFAULTS
+    assert "| `lease` | `60` | seconds |" in text  # the per-queue default, from QueueSettings
+    assert "| `RETENTION` | `2592000` (30 days) | seconds |" in text
+
+
+def test_every_setting_has_a_description_in_its_source(reference):
+    # The comment next to a key of DEFAULTS (or the #: comment above a QueueSettings field) is
+    # its description: a new key without one fails here, naming it.
+    from workqueue import conf as wq_conf
+
+    assert reference.missing_descriptions() == []
+    descriptions = reference.dict_descriptions(wq_conf)
+    assert descriptions["POLL_INTERVAL"] == "Backstop seconds between claim passes when no NOTIFY arrives"
+    assert descriptions["CONNECTION_LOSS_REFUNDS"].startswith("A run whose database connection died")
+
+
+def test_every_command_of_both_apps_is_in_the_commands_reference_with_its_options(reference):
+    text = reference.commands_markdown()
+    ours = {name: app for name, app in get_commands().items() if app in ("workqueue", "operations")}
+    assert {"runworker", "recover", "reap", "enqueue", "schedules", "queues"} <= set(ours)
+    assert reference.app_commands() == dict(sorted(ours.items()))
+    for name, app in ours.items():
+        assert f"## `{name}`" in text, f"{name} is missing from the commands reference"
+        parser = load_command_class(app, name).create_parser("manage.py", name)
+        for action in parser._actions:
+            for option in action.option_strings:
+                if option.startswith("--") and action.dest not in reference._common_dests():
+                    assert f"`{option}" in text, f"{name} {option} is missing from the commands reference"
+    assert "### `schedules add`" in text and "`--cron EXPR`" in text  # subcommands and their options
+
+
+def test_the_script_writes_both_files_with_the_demo_settings_and_no_database(tmp_path):
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="project.settings")
+    env["DATABASE_URL"] = "postgres://nobody@127.0.0.1:9/no_such_database"  # nothing listens there
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "docs_reference.py"), "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "runworker" in (tmp_path / "commands.md").read_text()
+    assert "WATCH_MAX_THREADS" in (tmp_path / "settings.md").read_text()
