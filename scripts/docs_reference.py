@@ -176,8 +176,9 @@ def settings_markdown() -> str:
         + GENERATED
         + "\nEvery key is optional. Durations are seconds (an `int` or `float`) or a `datetime.timedelta`, "
         "at most ten years; counts are integers up to 2,147,483,647. `manage.py check` names a bad value "
-        "(`workqueue.E001`, `operations.E001`), and code that reads a bad setting raises "
-        "`WorkqueueSettingsError` / `OperationsSettingsError`.\n\n"
+        "(`workqueue.E001`, `operations.E001`; a bad schedule of `SCHEDULES`: `workqueue.E002`; "
+        "`WATCH_MAX_PER_OWNER` above `WATCH_MAX_THREADS`: the warning `operations.W002`), and code that "
+        "reads a bad setting raises `WorkqueueSettingsError` / `OperationsSettingsError`.\n\n"
         "## `WORKQUEUE`\n\n"
         "Read through `workqueue.conf.wq_settings()` (source: `workqueue/conf.py`, `DEFAULTS`).\n\n"
         + _table(settings_rows(wq_conf))
