@@ -4,8 +4,10 @@ description its source gives it, and they are built without a database."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +83,67 @@ def test_the_script_writes_both_files_with_the_demo_settings_and_no_database(tmp
     assert result.returncode == 0, result.stderr
     assert "runworker" in (tmp_path / "commands.md").read_text()
     assert "WATCH_MAX_THREADS" in (tmp_path / "settings.md").read_text()
+
+
+# -- the hand-written pages name only what exists -----------------------------------------------
+
+WRITTEN = [
+    p
+    for p in sorted((ROOT / "docs").rglob("*.md"))
+    if p.parent.name != "reference" or p.name in ("http.md",)
+    if p.name not in ("performance.md", "promises.md", "self-hosted-workers.md")  # older pages: tests of their own
+]
+SETTING = re.compile(r"""\b(WORKQUEUE|OPERATIONS)\[["']([A-Z_]+)["']\]""")
+COMMAND_LINE = re.compile(
+    r"(?:manage\.py |^\s*|`)(runworker|recover|reap|enqueue|schedules|queues|environments|apikeys)\b([^`\n]*)"
+)
+
+
+def _spans(text: str) -> list[str]:
+    """Inline code spans and lines of fenced code blocks."""
+    spans, fenced = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif fenced:
+            spans.append(line)
+        else:
+            spans += re.findall(r"`([^`]+)`", line)
+    return spans
+
+
+def test_the_pages_name_only_settings_that_exist():
+    from operations import conf as ops_conf
+    from workqueue import conf as wq_conf
+
+    known = {"WORKQUEUE": set(wq_conf.DEFAULTS), "OPERATIONS": set(ops_conf.DEFAULTS)}
+    assert len(WRITTEN) >= 12
+    for page in WRITTEN:
+        for setting, key in SETTING.findall(page.read_text()):
+            assert key in known[setting], f"{page.relative_to(ROOT)} names {setting}[{key!r}], which does not exist"
+
+
+def _options_of(parser) -> set[str]:
+    """Every option of the parser and of its subcommands."""
+    found = {o for a in parser._actions for o in a.option_strings}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _options_of(sub)
+    return found
+
+
+def test_the_pages_give_commands_only_options_they_take():
+    commands = {name: app for name, app in get_commands().items() if app in ("workqueue", "operations")}
+    options = {
+        name: _options_of(load_command_class(app, name).create_parser("manage.py", name))
+        for name, app in commands.items()
+    }
+    seen = 0
+    for page in WRITTEN:
+        for span in _spans(page.read_text()):
+            for name, rest in COMMAND_LINE.findall(span):
+                for option in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", rest.split("#")[0]):
+                    seen += 1
+                    assert option in options[name], f"{page.relative_to(ROOT)}: {name} has no option {option}"
+    assert seen > 20
