@@ -147,3 +147,19 @@ def test_the_pages_give_commands_only_options_they_take():
                     seen += 1
                     assert option in options[name], f"{page.relative_to(ROOT)}: {name} has no option {option}"
     assert seen > 20
+
+
+def test_the_tutorial_shows_the_readmes_blocks_and_its_python_compiles():
+    # The README's "Add it to your site" blocks are the ones make test-embed applies to a fresh
+    # startproject site; the tutorial shows them verbatim, so it applies what was checked.
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Add it to your site\n", 1)[1].split("\n### ", 1)[0]
+    blocks = re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)
+    site_blocks = [b for b in blocks if b.startswith(("# settings.py\n", "# urls.py\n"))]
+    assert len(site_blocks) == 2
+    tutorial = (ROOT / "docs" / "tutorial.md").read_text()
+    for block in site_blocks:
+        assert f"```python\n{block}```" in tutorial, block.splitlines()[0]
+    for page in WRITTEN:
+        for code in re.findall(r"^```python\n(.*?)^```", page.read_text(), re.S | re.M):
+            compile(code, str(page), "exec")
