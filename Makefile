@@ -102,7 +102,8 @@ bench: $(STAMP)
 bench-peers: $(STAMP)
 	$(DEVDB) $(PY) manage.py benchpeers $(PEERS_ARGS)
 
-## docs-reference: write docs/reference/settings.md and commands.md from the code (no database).
+## docs-reference: write docs/reference/settings.md, commands.md and data-model.md from the code
+## (no database).
 docs-reference: $(STAMP)
 	$(PY) scripts/docs_reference.py
 

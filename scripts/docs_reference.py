@@ -6,13 +6,15 @@
   description is the comment the key carries in that source (the one place it is written).
 - ``docs/reference/commands.md``: every management command of ``workqueue`` and
   ``operations`` with its options and subcommands, from the command's own argument parser.
+- ``docs/reference/data-model.md``: the apps' tables as a Mermaid ER diagram, from the models'
+  metadata.
 
-Both files are generated, never edited (and not committed: ``.gitignore``). Django is set up
+They are generated, never edited (and not committed: ``.gitignore``). Django is set up
 with the demo settings (``project.settings``); nothing here opens a database connection.
 
 Usage::
 
-    python scripts/docs_reference.py            # write both files
+    python scripts/docs_reference.py            # write the three files
     python scripts/docs_reference.py --check    # exit 1 if a setting lacks its description
     python scripts/docs_reference.py --out DIR  # write them elsewhere
 """
@@ -310,10 +312,77 @@ def commands_markdown() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# -- data model ---------------------------------------------------------------------------------
+
+
+def app_models() -> list:
+    """The concrete tables of both apps (no proxy or unmanaged models), by app then table."""
+    from django.apps import apps
+
+    return [
+        model
+        for label in APPS
+        for model in sorted(apps.get_app_config(label).get_models(), key=lambda m: m._meta.db_table)
+        if model._meta.managed and not model._meta.proxy
+    ]
+
+
+def _entity(model) -> list[str]:
+    lines = [f"    {model._meta.db_table} {{"]
+    for field in model._meta.concrete_fields:
+        marks = "PK" if field.primary_key else "FK" if field.is_relation else "UK" if field.unique else ""
+        lines.append(f"        {field.get_internal_type()} {field.column} {marks}".rstrip())
+    return [*lines, "    }"]
+
+
+def _relations(model) -> list[str]:
+    """The model's own foreign keys and many-to-many fields to tables of both apps."""
+    lines = []
+    for field in [*model._meta.concrete_fields, *model._meta.many_to_many]:
+        target = field.related_model
+        if not field.is_relation or target is None or target._meta.app_label not in APPS:
+            continue
+        shape = "}o--o{" if field.many_to_many else "}o--o|" if field.null else "}o--||"
+        lines.append(f'    {model._meta.db_table} {shape} {target._meta.db_table} : "{field.name}"')
+    return lines
+
+
+def data_model_markdown() -> str:
+    models = app_models()
+    lines = [
+        "# Data model",
+        "",
+        GENERATED,
+        "The tables of `workqueue` and `operations`, read from the models' metadata (each column with "
+        "its Django field type; PK, FK, UK: primary, foreign and unique keys). `operations` reaches "
+        "the queue through its public API, never by a foreign key: an operation names its work item "
+        "by key. Every statement that moves these rows is in `workqueue/sql/` and `operations/sql/`.",
+        "",
+        "```mermaid",
+        "erDiagram",
+    ]
+    for model in models:
+        lines += _entity(model)
+    for model in models:
+        lines += _relations(model)
+    lines += ["```", "", "| table | model | what |", "| --- | --- | --- |"]
+    for model in models:
+        doc = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ").split(". ")[0].rstrip(".")
+        if doc.startswith(f"{model.__name__}("):  # Django's generated signature: no docstring of its own
+            doc = ""
+        lines.append(f"| `{model._meta.db_table}` | `{model.__module__}.{model.__name__}` | {_cell(doc)} |")
+    return "\n".join(lines) + "\n"
+
+
 def write(out: Path = OUT) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for filename, text in (("settings.md", settings_markdown()), ("commands.md", commands_markdown())):
+    pages = (
+        ("settings.md", settings_markdown()),
+        ("commands.md", commands_markdown()),
+        ("data-model.md", data_model_markdown()),
+    )
+    for filename, text in pages:
         path = out / filename
         path.write_text(text, encoding="utf-8")
         written.append(path)

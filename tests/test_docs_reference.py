@@ -163,3 +163,21 @@ def test_the_tutorial_shows_the_readmes_blocks_and_its_python_compiles():
     for page in WRITTEN:
         for code in re.findall(r"^```python\n(.*?)^```", page.read_text(), re.S | re.M):
             compile(code, str(page), "exec")
+
+
+def test_every_table_of_both_apps_is_in_the_data_model_with_its_columns(reference):
+    from django.apps import apps
+
+    text = reference.data_model_markdown()
+    models = [
+        m
+        for label in ("workqueue", "operations")
+        for m in apps.get_app_config(label).get_models()
+        if m._meta.managed and not m._meta.proxy
+    ]
+    assert {"work_items", "work_schedules", "operations"} <= {m._meta.db_table for m in models}
+    for model in models:
+        assert f"    {model._meta.db_table} {{" in text, model._meta.db_table
+        for field in model._meta.concrete_fields:
+            assert f" {field.column}" in text, (model._meta.db_table, field.column)
+    assert "work_items }o--o| work_environments" in text  # a foreign key, nullable
