@@ -30,10 +30,16 @@ and a meter provider configured, each instrument also records to OpenTelemetry u
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import threading
 import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from workqueue import tracing
 
@@ -119,21 +125,78 @@ class Timing(_Instrument):
             twin.record(value, dict(zip(self.attributes, values, strict=True)))
 
 
+class RunCounts(Collector):
+    """Runs by (queue, outcome) and their durations per queue: the per-item instruments.
+
+    Each thread that ends runs counts into its own plain dicts (one writer, so no lock and no
+    prometheus-client child per record: a fifth of the cost); a scrape sums the threads'."""
+
+    def __init__(self, buckets: tuple[float, ...]):
+        self.buckets = buckets
+        self._local = threading.local()
+        self._shards: list[tuple[dict, dict]] = []  # every thread's (runs, durations), kept after it ends
+        self._lock = threading.Lock()
+
+    def _shard(self) -> tuple[dict, dict]:
+        shard = getattr(self._local, "shard", None)
+        if shard is None:
+            shard = self._local.shard = ({}, {})
+            with self._lock:
+                self._shards.append(shard)
+        return shard
+
+    def record(self, queue: str, outcome: str, seconds: float | None) -> None:
+        runs, durations = self._shard()
+        key = (queue, outcome)
+        runs[key] = runs.get(key, 0) + 1
+        if seconds is None:
+            return
+        counts = durations.get(queue)
+        if counts is None:
+            counts = durations[queue] = [0] * (len(self.buckets) + 1) + [0.0]  # per bucket, +Inf, sum
+        counts[bisect.bisect_left(self.buckets, seconds)] += 1
+        counts[-1] += seconds
+
+    def _totals(self) -> tuple[dict, dict]:
+        runs: dict[tuple[str, str], int] = {}
+        durations: dict[str, list] = {}
+        with self._lock:
+            shards = list(self._shards)
+        for shard_runs, shard_durations in shards:
+            for key, n in list(shard_runs.items()):
+                runs[key] = runs.get(key, 0) + n
+            for queue, counts in list(shard_durations.items()):
+                total = durations.setdefault(queue, [0] * len(counts))
+                for i, n in enumerate(list(counts)):
+                    total[i] += n
+        return runs, durations
+
+    def collect(self):
+        runs, durations = self._totals()
+        counter = CounterMetricFamily(
+            "workqueue_worker_runs", "Handler runs by queue and how they ended.", labels=["queue", "outcome"]
+        )
+        for (queue, outcome), n in sorted(runs.items()):
+            counter.add_metric([queue, outcome], n)
+        yield counter
+        histogram = HistogramMetricFamily(
+            "workqueue_worker_run_duration_seconds", "Seconds from a handler's start to its ending.", labels=["queue"]
+        )
+        bounds = [*(floatToGoString(b) for b in self.buckets), "+Inf"]
+        for queue, counts in sorted(durations.items()):
+            cumulative = list(itertools.accumulate(counts[:-1]))
+            histogram.add_metric([queue], list(zip(bounds, cumulative, strict=True)), sum_value=counts[-1])
+        yield histogram
+
+    def describe(self):
+        return list(self.collect())  # at registration only: the names, for the duplicate check
+
+
+RUN_COUNTS = RunCounts(RUN_BUCKETS)
+registry.register(RUN_COUNTS)
+
 QUEUE = {"queue": "messaging.destination.name"}
 
-RUNS = Counter(
-    "workqueue_worker_runs",
-    "Handler runs by queue and how they ended.",
-    ["queue", "outcome"],
-    registry=registry,
-)
-RUN_SECONDS = Histogram(
-    "workqueue_worker_run_duration_seconds",
-    "Seconds from a handler's start to its ending, per queue.",
-    ["queue"],
-    registry=registry,
-    buckets=RUN_BUCKETS,
-)
 CLAIMS = Count(
     "workqueue_worker_claims", "Claim statements run (empty ones included).", otel="workqueue.claims", unit="{claim}"
 )
@@ -171,9 +234,7 @@ def run_ended(queue: str, outcome: str, started: float | None) -> None:
     """A handler's run ended (``started``: its ``time.perf_counter()`` at the start, if known).
 
     OpenTelemetry gets the runs from ``workqueue.tracing.end_run``, with the run's span."""
-    RUNS.labels(queue, outcome).inc()
-    if started is not None:
-        RUN_SECONDS.labels(queue).observe(time.perf_counter() - started)
+    RUN_COUNTS.record(queue, outcome, None if started is None else time.perf_counter() - started)
 
 
 def claimed(items: int, started: float) -> None:
