@@ -197,15 +197,27 @@ def test_with_opentelemetry_the_same_instruments_record_there_and_on_the_registr
         "claims": otel_points(reader, "workqueue.claims").get((), 0),
         "prom_runs": registry("workqueue_worker_runs_total", queue="test.noop", outcome="succeeded"),
         "prom_batch": registry("workqueue_worker_claim_batch_size_sum"),
+        "prom_async": registry("workqueue_worker_runs_total", queue="test.async.short", outcome="succeeded"),
     }
     WorkItem.objects.enqueue_many([("test.noop", f"o{i}") for i in range(3)])
+    WorkItem.objects.enqueue("test.async.short", "on-the-loop", metadata={"seconds": "0.1"})
     Worker(
-        WorkerOptions(queues=["test.noop"], max_items=3, batch=10, poll=0.1, worker_id="otel", install_signals=False)
+        WorkerOptions(
+            queues=["test.noop", "test.async.short"],
+            max_items=4,
+            batch=10,
+            poll=0.1,
+            worker_id="otel",
+            install_signals=False,
+        )
     ).run()
 
-    assert otel_points(reader, "workqueue.claim.batch_size").get((), 0) - before["batch"] == 3
+    assert otel_points(reader, "workqueue.claim.batch_size").get((), 0) - before["batch"] == 4
     assert otel_points(reader, "workqueue.claims").get((), 0) - before["claims"] >= 1
     settles = otel_points(reader, "workqueue.settle.duration")
     assert (("workqueue.statement", "complete_many"),) in settles
     assert registry("workqueue_worker_runs_total", queue="test.noop", outcome="succeeded") - before["prom_runs"] == 3
-    assert registry("workqueue_worker_claim_batch_size_sum") - before["prom_batch"] == 3
+    # The event loop's run is counted too (its thread's own tally).
+    async_runs = registry("workqueue_worker_runs_total", queue="test.async.short", outcome="succeeded")
+    assert async_runs - before["prom_async"] == 1
+    assert registry("workqueue_worker_claim_batch_size_sum") - before["prom_batch"] == 4
