@@ -1,7 +1,7 @@
 """``runworker --metrics-port``: a real worker process serves its own counters over HTTP.
 
-One worker runs a mix — items that succeed, fail after their retries, stall, and lose their
-lease to an operator's "requeue now", and operations that succeed and fail — then the test
+One worker runs a mix — items that succeed, fail after their retries, stall, lose their lease
+to an operator's "requeue now" or are cancelled, and operations that succeed and fail — then the test
 scrapes its ``/metrics`` and checks each count against what the database says happened.
 """
 
@@ -64,7 +64,8 @@ EXPECTED_RUNS = {
     "test.noop": {"succeeded": 3},
     "test.fail": {"retried": 2, "failed": 1},
     "test.stall": {"cancelled": 1, "succeeded": 1},  # stalled, then reclaimed and finished
-    "test.short": {"cancelled": 1},  # lost its lease; the second claim is still running
+    # One lost its lease (its second claim is still running), one was cancelled by its caller.
+    "test.short": {"cancelled": 2},
 }
 
 
@@ -74,6 +75,7 @@ def mixed_run_done() -> bool:
         and WorkItem.objects.filter(queue="test.fail").failed().count() == 1
         and WorkItem.objects.filter(queue="test.stall").succeeded().count() == 1
         and Sample.objects.filter(name="cancelled:lost").exists()
+        and Sample.objects.filter(name="cancelled:called-off").exists()
         and row("lost").attempts == 2
         and operations.get(OPS["ok"]).state == "succeeded"
         and operations.get(OPS["bad"]).state == "failed"
@@ -102,12 +104,16 @@ def test_a_worker_serves_its_runs_claims_stalls_lost_leases_and_operations_over_
     # No progress on its first attempt (stall budget 1 s, lease 3 s); progress once reclaimed.
     WorkItem.objects.enqueue("test.stall", "stalled", metadata={"progress": "reclaimed", "seconds": "1.5"})
     WorkItem.objects.enqueue("test.short", "lost", metadata={"seconds": "600"})
+    WorkItem.objects.enqueue("test.short", "called-off", metadata={"seconds": "600"})
     OPS["ok"] = operations.start("test.ops.count", {"steps": 2, "per_step": 1}).id
     OPS["bad"] = operations.start("test.ops.fail", {}).id
 
-    wait_until(lambda: Sample.objects.filter(name="started:lost").exists(), timeout=30, message="the lost run")
-    # An operator requeues it mid-run: the worker's next renewal finds the proof changed.
+    started = Sample.objects.filter(name__in=["started:lost", "started:called-off"])
+    wait_until(lambda: started.count() == 2, timeout=30, message="the two test.short runs")
+    # An operator requeues one mid-run: the worker's next renewal finds the proof changed.
     assert len(WorkItem.objects.requeue_now([row("lost").id])) == 1
+    # The other is cancelled by its caller: its run stops too, but that is no lost lease.
+    assert len(WorkItem.objects.cancel_key("called-off")) == 1
     wait_until(mixed_run_done, timeout=60, message="the mixed run")
 
     def counted() -> dict | None:
