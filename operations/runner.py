@@ -43,8 +43,18 @@ from operations.reporter import AsyncReporter, Attempt, Reporter, flusher
 from operations.store import Proof
 from workqueue import tracing
 from workqueue.states import StopReason
+from workqueue.worker.metrics import Count
 
 log = logging.getLogger("operations.runner")
+
+#: On the worker's own registry (``runworker --metrics-port``): how each run of an operation ended.
+RUNS = Count(
+    "operations_worker_runs",
+    "Operation runs by kind and how they ended (succeeded, failed, cancelled, retried, released, lost).",
+    {"kind": "operations.kind", "outcome": "operations.outcome"},
+    otel="operations.runs",
+    unit="{run}",
+)
 
 MAX_RESULT_DETAIL = 16 * 1024
 MAX_MESSAGE = 1024
@@ -194,6 +204,7 @@ def handle(item, ctx):
         reporter.signal_stop(StopReason.CANCEL_REQUESTED)
     if definition is None:
         _finish(reporter, common, state="failed", code=CODE_UNKNOWN_KIND, message=str(unknown), retryable=False)
+        RUNS.add(op.kind, "failed")
         ctx.settled = True
         return
     try:
@@ -208,6 +219,7 @@ def handle(item, ctx):
             retryable=False,
             exc=exc,
         )
+        RUNS.add(op.kind, "failed")
         ctx.settled = True
         return
 
@@ -244,6 +256,7 @@ def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: Proof, 
         # The worker is shutting down (or gave the item up): whatever the run did on its way
         # out is not an outcome. The worker's release returns the operation to pending.
         log.warning("%s: stopped by its worker; not recorded", op.id)
+        RUNS.add(op.kind, "released")
         return
     with tracing.span(
         f"operations.finish {op.kind}",
@@ -259,6 +272,8 @@ def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: Proof, 
             state = _succeeded(reporter, common, result)
         if span is not None:
             span.set_attribute("operations.state", state or "released")
+    # No end recorded: a failure released for its retry, or a hold gone before the write.
+    RUNS.add(op.kind, state or ("retried" if failure is not None else "lost"))
     ctx.settled = True
     if state is not None and definition.finished is not None:
         token = _saved.set(reporter.saved)

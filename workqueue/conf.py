@@ -122,6 +122,9 @@ DEFAULTS: dict[str, object] = {
     # before it looks again (a rate limit says exactly when its next start is free)
     "FLOW_RECHECK": 0.5,
     "CONTROLS_CACHE": 1.0,  # seconds a process trusts its read of the runtime queue controls
+    # port on which each runworker serves its own Prometheus metrics (None: off; --metrics-port)
+    "WORKER_METRICS_PORT": None,
+    "WORKER_METRICS_ADDRESS": "0.0.0.0",  # address that server listens on ("127.0.0.1": this host only)
 }
 
 _DURATIONS = {
@@ -232,6 +235,17 @@ def factor(
     if value > MAX_FACTOR:
         raise error(f"{what} must be a number from 1 to {MAX_FACTOR:,.0f}, not {value!r}.")
     return float(value)
+
+
+def metrics_port(value: object, *, what: str, error: type[Exception] = WorkqueueSettingsError) -> int | None:
+    """A TCP port to serve metrics on (1 to 65535), or None (off); else raise ``error`` naming it."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise error(
+            f"{what} must be a TCP port from 1 to 65535 (e.g. 9100), or None to serve no metrics, not {value!r}."
+        )
+    return value
 
 
 MAX_FACTOR = 1000.0
@@ -371,6 +385,16 @@ class WorkqueueSettings:
             )
         self.metrics_token: str | None = token
         self.metrics_cache: float = seconds(merged["METRICS_CACHE"], what="WORKQUEUE['METRICS_CACHE']", allow_zero=True)
+        self.worker_metrics_port: int | None = metrics_port(
+            merged["WORKER_METRICS_PORT"], what="WORKQUEUE['WORKER_METRICS_PORT']"
+        )
+        address = merged["WORKER_METRICS_ADDRESS"]
+        if not isinstance(address, str) or not address.strip() or not address.isascii():
+            raise WorkqueueSettingsError(
+                "WORKQUEUE['WORKER_METRICS_ADDRESS'] must be an IP address or host name to listen on "
+                f"(e.g. '0.0.0.0', '127.0.0.1', '::'), not {address!r}."
+            )
+        self.worker_metrics_address: str = address.strip()
 
     def queue(self, name: str) -> QueueSettings:
         """Settings for ``name``: its own entry, its declared defaults, or the defaults for a queue not listed."""

@@ -14,6 +14,9 @@ or add :class:`QueueCollector` to a registry you already expose with :func:`regi
 With ``WORKQUEUE["METRICS_TOKEN"]`` set, the view answers only ``Authorization: Bearer
 <token>`` (401 otherwise). The view reuses a scrape's figures for ``WORKQUEUE["METRICS_CACHE"]``
 seconds (5) and collects one scrape at a time, so scrapes cannot load the database.
+
+What only a worker process knows (its runs, claims, lost leases, stalls) is counted there and
+served by ``runworker --metrics-port``: see :mod:`workqueue.worker.metrics`.
 """
 
 from __future__ import annotations

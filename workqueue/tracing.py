@@ -18,7 +18,8 @@ With them, and a tracer/meter provider configured by the site (the SDK, an expor
   ``workqueue.outcome`` (succeeded, retried, failed, cancelled, lost, released);
 - **metrics**: ``messaging.process.duration`` (histogram, seconds) and ``workqueue.runs``
   (counter), both by queue (``messaging.destination.name``), ``workqueue.outcome`` and
-  ``error.type``;
+  ``error.type``; and the worker's own instruments (``workqueue.worker.metrics``: claims,
+  claim batch sizes, claim and settle durations, leases lost, stalls, operations' runs);
 - ``operations`` adds ``operations.begin`` / ``operations.finish`` spans inside the run span
   and a ``operations.progress`` span event per progress flush.
 
@@ -69,6 +70,7 @@ def _load():
         context=context,
         propagator=TraceContextTextMapPropagator(),
         tracer=tracer,
+        meter=meter,
         consumer=trace.SpanKind.CONSUMER,
         error=trace.Status(trace.StatusCode.ERROR),
         duration=meter.create_histogram(
@@ -184,6 +186,15 @@ def end_run(run: RunTrace | None, outcome: str, exc: BaseException | None = None
     span.end()
     ot.duration.record(elapsed, attributes)
     ot.runs.add(1, attributes)
+
+
+def meter():
+    """The queue's OpenTelemetry meter while the site has a provider installed (for
+    ``workqueue.worker.metrics``' twins); None without OpenTelemetry or before a provider is."""
+    ot = _otel if _otel is not _UNSET else _load()
+    if ot is None or not _configured(ot):
+        return None
+    return ot.meter
 
 
 def span(name: str, attributes: dict | None = None):

@@ -43,6 +43,13 @@ BAD = [
     ({**settings.WORKQUEUE, "METRICS_TOKEN": ""}, "WORKQUEUE['METRICS_TOKEN'] must be None (public) or"),
     ({**settings.WORKQUEUE, "METRICS_CACHE": -1}, "WORKQUEUE['METRICS_CACHE'] must be 0 or more"),
     ({**settings.WORKQUEUE, "MAX_POLLERS": 0}, "WORKQUEUE['MAX_POLLERS'] must be an integer >= 1, not 0"),
+    (
+        {**settings.WORKQUEUE, "WORKER_METRICS_PORT": 70000},
+        "WORKQUEUE['WORKER_METRICS_PORT'] must be a TCP port from 1 to 65535 (e.g. 9100), or None",
+    ),
+    ({**settings.WORKQUEUE, "WORKER_METRICS_PORT": "9100"}, "WORKQUEUE['WORKER_METRICS_PORT'] must be a TCP port"),
+    ({**settings.WORKQUEUE, "WORKER_METRICS_PORT": True}, "WORKQUEUE['WORKER_METRICS_PORT'] must be a TCP port"),
+    ({**settings.WORKQUEUE, "WORKER_METRICS_ADDRESS": ""}, "WORKQUEUE['WORKER_METRICS_ADDRESS'] must be an IP"),
 ]
 
 
@@ -68,6 +75,8 @@ def test_the_shipped_settings_pass_and_defaults_apply_to_unlisted_queues():
     assert (WorkqueueSettings({}).connection_loss_refunds, conf.connection_loss_refunds) == (3, 3)
     assert WorkqueueSettings({"CONNECTION_LOSS_REFUNDS": 0}).connection_loss_refunds == 0
     assert "test.wire" in conf.wire_queues()
+    assert (conf.worker_metrics_port, conf.worker_metrics_address) == (None, "0.0.0.0")  # off by default
+    assert WorkqueueSettings({"WORKER_METRICS_PORT": 9100}).worker_metrics_port == 9100
 
 
 def test_queue_defaults_apply_before_each_queues_own_settings_and_timedeltas_are_seconds():

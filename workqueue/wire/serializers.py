@@ -16,6 +16,10 @@ from workqueue.items import validate_metadata
 _INTEGER = re.compile(r"-?[0-9]{1,18}", re.ASCII)
 _WORK_ID = re.compile(r"work_[A-Za-z0-9_-]{1,59}", re.ASCII)
 _ENVIRONMENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}", re.ASCII)
+# W3C Trace Context: version-traceid-parentid-flags, lowercase hex; tracestate is a list of
+# printable ASCII members (at most 512 characters kept, as the recommendation's floor).
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}", re.ASCII)
+_TRACESTATE = re.compile(r"[\x20-\x7e]{1,512}", re.ASCII)
 
 
 # -- out ------------------------------------------------------------------------------
@@ -45,6 +49,25 @@ def work_object(item) -> dict:
         "stopped_at": timestamp(item.stopped_at),
         "secret": None,
     }
+
+
+def trace_headers(item) -> dict[str, str]:
+    """The item's W3C trace context as response headers (``traceparent``, ``tracestate``).
+
+    Only a well-formed ``traceparent`` goes out (a ``trace_context`` a caller stored by hand may
+    hold anything), and ``tracestate`` only beside it; otherwise no header at all.
+    """
+    context = item.trace_context
+    if not isinstance(context, dict):
+        return {}
+    parent = context.get("traceparent")
+    if not isinstance(parent, str) or not _TRACEPARENT.fullmatch(parent) or parent.startswith("ff"):
+        return {}
+    headers = {"traceparent": parent}
+    state = context.get("tracestate")
+    if isinstance(state, str) and _TRACESTATE.fullmatch(state):
+        headers["tracestate"] = state
+    return headers
 
 
 def heartbeat_object(beat) -> dict:

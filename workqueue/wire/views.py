@@ -136,7 +136,8 @@ def _record_poll(environment_id: str, worker_id: str) -> None:
 
 @endpoint(GET=(ENVIRONMENT,))
 def poll(request, caller):
-    """GET …/work/poll: reserve the next item for this worker, or null."""
+    """GET …/work/poll: reserve the next item for this worker, or null (with its trace context
+    in the ``traceparent``/``tracestate`` headers)."""
     block_ms = serializers.integer(_query(request, "block_ms"), "block_ms", minimum=1, maximum=999)
     reclaim = serializers.integer(
         _query(request, "reclaim_older_than_ms"), "reclaim_older_than_ms", minimum=1, maximum=RESERVE_MAX_MS
@@ -150,9 +151,14 @@ def poll(request, caller):
         worker_id=worker_id,
         block_ms=block_ms,
     )
-    if result.item is not None:
-        log.debug("wire poll: %s handed %s to %s", caller.environment_id, result.item.public_id, worker_id or "-")
-    return _json(serializers.work_object(result.item) if result.item is not None else None)
+    if result.item is None:
+        return _json(None)
+    log.debug("wire poll: %s handed %s to %s", caller.environment_id, result.item.public_id, worker_id or "-")
+    response = _json(serializers.work_object(result.item))
+    # The enqueuer's W3C trace context, so a self-hosted worker can join its trace.
+    for name, value in serializers.trace_headers(result.item).items():
+        response[name] = value
+    return response
 
 
 @endpoint(GET=(ENVIRONMENT,))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from workqueue import controls, store
 from workqueue.conf import wq_settings
 from workqueue.items import Item
+from workqueue.worker import metrics
 from workqueue.worker.lease import Hold, LeaseKeeper
 from workqueue.worker.ledger import Ledger, Pool
 from workqueue.worker.loop import DB_ERRORS, BackgroundLoop, Signal
@@ -185,11 +186,13 @@ class ClaimLoop(BackgroundLoop):
         # Due again after the poll interval unless a NOTIFY for its queues comes first; set
         # before the claim, so that a NOTIFY arriving while it runs is not lost.
         lane.due = time.monotonic() + self.poll
+        started = time.perf_counter()
         result = WorkItem.objects.db_manager(self.using).claim(
             lane.queues, limit=free, worker_id=self.worker_id, relaxed=True
         )
         self.claims += 1
         got = len(result.items)
+        metrics.claimed(got, started)
         if got >= free:
             lane.full = True  # there is probably more: go straight round
             lane.due = 0.0

@@ -51,6 +51,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from workqueue.items import Item
 from workqueue.states import StopReason
+from workqueue.worker import metrics
 from workqueue.worker.loop import BackgroundLoop
 
 log = logging.getLogger("workqueue.worker.lease")
@@ -248,6 +249,7 @@ class LeaseKeeper(BackgroundLoop):
             if hold.stall is not None and since is not None and not hold.settling and now - since > hold.stall:
                 log.warning("%r stalled: no progress for %gs; no longer renewing its lease", hold.item, hold.stall)
                 self.stalled += 1
+                metrics.stalled(hold.item.queue)
                 hold.lose("stalled")
                 self.drop(hold)
             elif now >= hold.next_renewal:
@@ -315,7 +317,10 @@ class LeaseKeeper(BackgroundLoop):
             from workqueue.exceptions import LeaseLost
 
             self.first_failure = LeaseLost(f"{hold.item!r}: {why}")
-        hold.lose(self._stop_reason(hold) if ask_why else StopReason.LEASE_LOST)
+        reason = self._stop_reason(hold) if ask_why else StopReason.LEASE_LOST
+        if reason is StopReason.LEASE_LOST:
+            metrics.lease_lost(hold.item.queue)  # not a cancel or a timeout: those are asked for
+        hold.lose(reason)
         self.drop(hold)
 
     def _stop_reason(self, hold: Hold) -> StopReason:

@@ -20,6 +20,7 @@ from django.db import connections
 from workqueue.conf import wq_settings
 from workqueue.exceptions import LeaseLost
 from workqueue.items import Item
+from workqueue.worker import metrics
 from workqueue.worker.context import Context
 from workqueue.worker.lease import Hold
 from workqueue.worker.ledger import Ledger
@@ -76,6 +77,7 @@ class Settler:
             if outcome.action is Action.LOST:
                 log.warning("%r: lease lost while running; not settled", item)
                 self.ledger.count_lost()
+                metrics.found_lost(item.queue, hold)
                 verdict = "lost"
             elif outcome.action is Action.RELEASE:
                 connections[self.using].close()
@@ -124,7 +126,9 @@ class Settler:
         verdicts = []
 
         def write() -> bool:
+            started = time.perf_counter()
             verdict = WorkItem.objects.db_manager(self.using).fail(item, error, delay=delay, permanent=permanent)
+            metrics.settled("fail", started)
             log.info("%r %s: %s", item, verdict, error.splitlines()[0] if error else "")
             verdicts.append(verdict)
             return True
@@ -172,9 +176,11 @@ class Settler:
             try:
                 if not write():
                     self.ledger.count_lost()
+                    metrics.found_lost(item.queue, hold)
                 return
             except LeaseLost:
                 self.ledger.count_lost()
+                metrics.found_lost(item.queue, hold)
                 return
             except DB_ERRORS:
                 connections[self.using].close()
@@ -210,7 +216,9 @@ class Settler:
                 retry = Backoff(0.2, 1.0, deadline=max(hold.deadline for hold in batch))
                 while True:
                     try:
+                        started = time.perf_counter()
                         _settled, lost = manager.complete_many(items)
+                        metrics.settled("complete_many", started)
                         break
                     except DB_ERRORS as exc:
                         log.warning("settling %d items failed (%s); retrying", len(batch), exc.__class__.__name__)
@@ -225,10 +233,19 @@ class Settler:
                 if lost:
                     log.warning("%d item(s) not settled: lease lost (%s)", len(lost), ", ".join(map(repr, lost[:5])))
                     self.ledger.count_lost(len(lost))
+                    self._count_lost(batch, lost)
                 # These Item objects: one per claim, so an old and a new claim of one item differ.
                 self.ledger.finished_many(batch, {id(i) for i in lost})
         finally:
             connections.close_all()
+
+    @staticmethod
+    def _count_lost(batch: list[Hold], lost: list[Item]) -> None:
+        """Count the lost leases of a batch whose completion found them gone."""
+        gone = {id(item) for item in lost}
+        for hold in batch:
+            if id(hold.item) in gone:
+                metrics.found_lost(hold.item.queue, hold)
 
     # -- giving held items back -------------------------------------------------------------
 
@@ -246,7 +263,9 @@ class Settler:
         for hold in holds:
             hold.released()  # the release takes the proofs: not a lost lease
         try:
+            started = time.perf_counter()
             released = WorkItem.objects.db_manager(self.using).release_many([hold.item for hold in holds])
+            metrics.settled("release_many", started)
             log.info("released %d item(s) back to queued (%s)", len(released), why)
         except Exception:
             log.exception("could not release %d item(s); their leases will lapse", len(holds))

@@ -1,12 +1,53 @@
+import argparse
+import logging
+from contextlib import contextmanager
+
 from django.core.management.base import BaseCommand, CommandError
 
 from workqueue import values
+from workqueue.conf import wq_settings
 from workqueue.management.commands._console import console_logging
 from workqueue.schedules.loop import Scheduler
 from workqueue.worker import WorkerOptions, run_worker
+from workqueue.worker import metrics as worker_metrics
 
 COUNT = values.argument(values.count)
 SECONDS = values.argument(values.seconds)
+
+log = logging.getLogger("workqueue.worker")
+
+
+def port(text: str) -> int:
+    """An argparse ``type=`` for a TCP port (1 to 65535)."""
+    try:
+        number = COUNT(text)
+    except argparse.ArgumentTypeError:
+        number = 0
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port from 1 to 65535 (e.g. 9100), not {text[:20]!r}")
+    return number
+
+
+@contextmanager
+def metrics_server(port: int | None, address: str | None):
+    """Serve the worker's own metrics (``workqueue.worker.metrics``) while the block runs, when
+    a port is given (the option's, else WORKQUEUE["WORKER_METRICS_PORT"])."""
+    conf = wq_settings()
+    port = port if port is not None else conf.worker_metrics_port
+    if port is None:
+        yield None
+        return
+    address = address or conf.worker_metrics_address
+    try:
+        server = worker_metrics.serve(port, address)
+    except worker_metrics.MetricsServerError as exc:
+        raise CommandError(str(exc), returncode=2)
+    log.info("worker metrics on http://%s:%d/metrics", address, port)
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class Command(BaseCommand):
@@ -45,6 +86,17 @@ class Command(BaseCommand):
         )
 
         parser.add_argument(
+            "--metrics-port",
+            type=port,
+            metavar="PORT",
+            help="Serve this worker's own Prometheus metrics on PORT (WORKQUEUE WORKER_METRICS_PORT; default off).",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            metavar="ADDRESS",
+            help="Address the metrics server listens on (WORKQUEUE WORKER_METRICS_ADDRESS, default 0.0.0.0).",
+        )
+        parser.add_argument(
             "--no-schedules",
             action="store_true",
             help="Do not run the scheduler loop (schedules are fired by the other workers or `schedules tick`).",
@@ -52,7 +104,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         try:
-            with console_logging(self, opts["verbosity"]):
+            with (
+                console_logging(self, opts["verbosity"]),
+                metrics_server(opts["metrics_port"], opts["metrics_address"]),
+            ):
                 # Schedules: a separate loop on its own thread and connection (workqueue.schedules.loop).
                 scheduler = None if opts["no_schedules"] else Scheduler(poll=opts["poll"]).start()
                 try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +29,7 @@ from django.db import connections
 
 from workqueue import handlers as registry
 from workqueue.handlers import Handler
+from workqueue.worker import metrics
 from workqueue.worker.context import Context
 from workqueue.worker.lease import Hold, LeaseKeeper
 
@@ -74,6 +76,7 @@ class Runs:
         self.using = using
         #: Returns the worker's event-loop pool (started on first use); set by the Worker.
         self.loop: Callable[[], Any] | None = None
+        self._started: dict[Hold, float] = {}  # each running hold's perf_counter() at its start (metrics)
 
     def begin(self, hold: Hold, connection: BaseDatabaseWrapper | None = None) -> tuple[Handler, Context] | None:
         """Get ``hold``'s item ready to run; None if it must not run (already accounted for).
@@ -98,6 +101,7 @@ class Runs:
             self.ledger.finished(hold, ok=False)
             return None
         hold.progress()  # starts the stall clock: the budget counts from the start, not the claim
+        self._started[hold] = time.perf_counter()
         if handler.renews_lease:
             # The handler keeps its own lease from here on (operations' progress flushes).
             self.keeper.drop(hold)
@@ -109,7 +113,10 @@ class Runs:
             # A coroutine cancelled because its hold was (lease lost, stall, stop, shutdown)
             # stopped, like a sync handler that returns after it was cancelled.
             exc = None
-        return self.settler.ending(hold, ctx, exc)
+        started = self._started.pop(hold, None)
+        outcome = self.settler.ending(hold, ctx, exc)
+        metrics.run_ended(hold.item.queue, outcome, started)
+        return outcome
 
     def to_loop(self, hold: Hold, ctx: Context, awaitable, traced) -> None:
         """Await ``awaitable`` (what a sync handler returned) on the event loop as the rest of the run."""
@@ -120,6 +127,7 @@ class Runs:
     def crashed(self, hold: Hold) -> None:
         """A runner's own error around ``hold``: never leave the item counted in flight."""
         log.exception("%r: runner error; its lease will lapse and it will be retried", hold.item)
+        self._started.pop(hold, None)
         self.ledger.finished(hold, ok=False)
 
 
