@@ -20,7 +20,16 @@ def migrate(target):
     return executor.loader.project_state([target]).apps
 
 
-def test_keys_with_no_environment_rows_become_site_wide_and_scoped_keys_stay_scoped():
+@pytest.fixture
+def back_to_the_latest_migrations():
+    """The tests after this one need every migration applied, not only those up to AFTER."""
+    yield
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+def test_keys_with_no_environment_rows_become_site_wide_and_scoped_keys_stay_scoped(back_to_the_latest_migrations):
     old = migrate(BEFORE)
     try:
         Environment = old.get_model("workqueue", "Environment")
