@@ -365,6 +365,7 @@ def test_synchronous_commit_is_turned_off_only_inside_the_soft_transition_statem
         "item_claim",
         "item_claim_capped",
         "item_claim_flow",
+        "item_claim_one",
         "item_extend_many",
         "op_begin",
         "op_flush",
