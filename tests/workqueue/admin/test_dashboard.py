@@ -181,3 +181,11 @@ def test_the_dashboard_reads_live_rows_through_the_partial_indexes(db):
             plan = "\n".join(row[0] for row in cursor.fetchall())
             assert "Seq Scan on work_items" not in plan, plan
             assert "work_items_unsettled_key_idx" in plan or "work_items_stopped_idx" in plan, plan
+
+
+@pytest.mark.parametrize(("alive", "words"), [(1, "1 worker alive"), (2, "2 workers alive")])
+def test_the_workers_card_says_worker_for_one_and_workers_for_more(admin_client, alive, words):
+    for n in range(alive):
+        Worker.objects.create(id=f"alive-{n}", host="h", pid=n + 1, queues=["test.capped"])
+    _snap, _queues, page = snapshot_of(admin_client)
+    assert words in text(page)
