@@ -190,11 +190,36 @@ def otel_points(reader, name: str) -> dict[tuple, float]:
     return found
 
 
-def test_with_opentelemetry_the_same_instruments_record_there_and_on_the_registry(otel):
+def run_in_process(queues: list[str], items: int, worker_id: str) -> None:
     from workqueue.worker import Worker, WorkerOptions
+
+    Worker(
+        WorkerOptions(queues=queues, max_items=items, batch=10, poll=0.1, worker_id=worker_id, install_signals=False)
+    ).run()
+
+
+def test_a_worker_that_serves_no_metrics_tallies_no_runs(monkeypatch):
+    """The per-run tally is the one instrument with a cost per item: off without --metrics-port."""
+    from workqueue.worker import metrics as worker_metrics
+
+    monkeypatch.setattr(worker_metrics, "record_runs", False)
+    before = worker_metrics.registry.get_sample_value(
+        "workqueue_worker_runs_total", {"queue": "test.noop", "outcome": "succeeded"}
+    )
+    WorkItem.objects.enqueue_many([("test.noop", f"quiet{i}") for i in range(3)])
+    run_in_process(["test.noop"], 3, "quiet")
+    assert WorkItem.objects.filter(key__startswith="quiet", state="stopped").count() == 3
+    after = worker_metrics.registry.get_sample_value(
+        "workqueue_worker_runs_total", {"queue": "test.noop", "outcome": "succeeded"}
+    )
+    assert after == before
+
+
+def test_with_opentelemetry_the_same_instruments_record_there_and_on_the_registry(otel, monkeypatch):
     from workqueue.worker import metrics as worker_metrics
 
     _, reader = otel
+    monkeypatch.setattr(worker_metrics, "record_runs", True)  # as serve() sets it
 
     def registry(name: str, **labels) -> float:
         return worker_metrics.registry.get_sample_value(name, labels) or 0.0
@@ -208,16 +233,7 @@ def test_with_opentelemetry_the_same_instruments_record_there_and_on_the_registr
     }
     WorkItem.objects.enqueue_many([("test.noop", f"o{i}") for i in range(3)])
     WorkItem.objects.enqueue("test.async.short", "on-the-loop", metadata={"seconds": "0.1"})
-    Worker(
-        WorkerOptions(
-            queues=["test.noop", "test.async.short"],
-            max_items=4,
-            batch=10,
-            poll=0.1,
-            worker_id="otel",
-            install_signals=False,
-        )
-    ).run()
+    run_in_process(["test.noop", "test.async.short"], 4, "otel")
 
     assert otel_points(reader, "workqueue.claim.batch_size").get((), 0) - before["batch"] == 4
     assert otel_points(reader, "workqueue.claims").get((), 0) - before["claims"] >= 1

@@ -230,6 +230,11 @@ STALLS = Count(
 )
 
 
+#: Whether runs are tallied (per item: the one instrument with a cost per run). Off until
+#: ``serve()`` listens, so a worker without ``--metrics-port`` pays nothing per run.
+record_runs = False
+
+
 def run_ended(queue: str, outcome: str, started: float | None) -> None:
     """A handler's run ended (``started``: its ``time.perf_counter()`` at the start, if known).
 
@@ -276,6 +281,7 @@ def serve(port: int, address: str = "0.0.0.0"):
     server (``shutdown()`` stops it)."""
     from prometheus_client import start_http_server
 
+    global record_runs
     try:
         server, _thread = start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
@@ -283,4 +289,5 @@ def serve(port: int, address: str = "0.0.0.0"):
             f"cannot serve worker metrics on {address}:{port} ({exc.strerror or exc}): give each runworker "
             "on a host its own --metrics-port (or WORKQUEUE['WORKER_METRICS_PORT']), one that nothing else uses"
         ) from None
+    record_runs = True
     return server

@@ -101,7 +101,8 @@ class Runs:
             self.ledger.finished(hold, ok=False)
             return None
         hold.progress()  # starts the stall clock: the budget counts from the start, not the claim
-        self._started[hold] = time.perf_counter()
+        if metrics.record_runs:
+            self._started[hold] = time.perf_counter()
         if handler.renews_lease:
             # The handler keeps its own lease from here on (operations' progress flushes).
             self.keeper.drop(hold)
@@ -113,9 +114,9 @@ class Runs:
             # A coroutine cancelled because its hold was (lease lost, stall, stop, shutdown)
             # stopped, like a sync handler that returns after it was cancelled.
             exc = None
-        started = self._started.pop(hold, None)
         outcome = self.settler.ending(hold, ctx, exc)
-        metrics.run_ended(hold.item.queue, outcome, started)
+        if metrics.record_runs:
+            metrics.run_ended(hold.item.queue, outcome, self._started.pop(hold, None))
         return outcome
 
     def to_loop(self, hold: Hold, ctx: Context, awaitable, traced) -> None:
