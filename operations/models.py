@@ -178,6 +178,22 @@ class Operation(models.Model):
     children_succeeded = models.IntegerField(db_default=0)
     children_failed = models.IntegerField(db_default=0)
     children_cancelled = models.IntegerField(db_default=0)
+    # Workflows (operations.workflows): ``workflow`` marks a workflow's run; while one waits
+    # (pending, its work item due at ``wake_at``) ``wait_kind`` says for what (sleep, signal)
+    # and ``wait_name`` names the signal; ``wake_pending`` records a signal that arrived while
+    # it ran, so the wait it is about to record ends at once. ``forked_from_id`` names the run a
+    # fork copied its first steps from.
+    workflow = models.BooleanField(db_default=False)
+    wait_kind = models.CharField(max_length=16, blank=True, db_default="")
+    wait_name = models.CharField(max_length=200, blank=True, db_default="")
+    wake_at = models.DateTimeField(null=True, blank=True)
+    wake_pending = models.BooleanField(db_default=False)
+    forked_from_id = models.CharField(max_length=200, null=True, blank=True)
+    # Dependencies (``start(..., after=[ids])``): how many of its dependencies have not yet
+    # succeeded (it is not claimable while above 0: it has no work item), and whether some
+    # operation depends on this one (its end then decides theirs, in the same transaction).
+    deps_open = models.IntegerField(db_default=0)
+    has_dependents = models.BooleanField(db_default=False)
 
     objects = OperationQuerySet.as_manager()
 
@@ -224,6 +240,12 @@ class Operation(models.Model):
                 fields=["finished_at"],
                 condition=Q(parent_id__isnull=False, fanned_in=False, state__in=["succeeded", "failed", "cancelled"]),
                 name="operations_fan_in_due_idx",
+            ),
+            # The admin's "waiting workflows" filter: only waiting rows are in it.
+            models.Index(
+                fields=["wake_at"],
+                condition=Q(state="pending") & ~Q(wait_kind=""),
+                name="operations_waiting_idx",
             ),
             # reap: terminal rows by when they finished.
             models.Index(
@@ -300,3 +322,83 @@ class OperationWatch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.watcher} follows {self.op_id}"
+
+
+class OperationStep(models.Model):
+    """One recorded step of a workflow run: a checkpointed call, a sleep, a wait, a patch
+    marker or a child operation it started, at its position in the run (see operations.workflows).
+
+    ``result`` is the step's JSON result (a wait's signal payload, a sleep's nothing); a
+    failed step keeps its final ``error`` ({code, message, exception}). Rows go with their
+    operation (reap deletes them in the same statement)."""
+
+    op_id = models.CharField(max_length=200)
+    position = models.IntegerField()
+    name = models.CharField(max_length=200)
+    #: step, sleep, wait, patch, child
+    kind = models.CharField(max_length=16, db_default="step")
+    #: running, succeeded, failed, waiting
+    state = models.CharField(max_length=16, db_default="running")
+    attempts = models.IntegerField(db_default=0)
+    started_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+    wake_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    #: Copied from the run a fork was made from (it did not run in this one).
+    copied = models.BooleanField(db_default=False)
+
+    class Meta:
+        db_table = f"{configured_table()}_steps"
+        ordering = ["op_id", "position"]
+        constraints = [models.UniqueConstraint(fields=["op_id", "position"], name="operation_steps_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.op_id} #{self.position} {self.name} ({self.state})"
+
+    @property
+    def duration(self):
+        if self.finished_at is None or self.started_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+
+class OperationSignal(models.Model):
+    """A signal sent to a workflow (``operations.signal``): kept until a ``wf.wait`` of its
+    name takes it (oldest first), which records the position that took it."""
+
+    op_id = models.CharField(max_length=200)
+    name = models.CharField(max_length=200)
+    payload = models.JSONField(null=True, blank=True)
+    sent_at = models.DateTimeField(db_default=Now())
+    taken_at = models.DateTimeField(null=True, blank=True)
+    taken_by_position = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        db_table = f"{configured_table()}_signals"
+        ordering = ["op_id", "id"]
+        indexes = [
+            # A wait's "the oldest untaken signal of this name": untaken ones only.
+            models.Index(
+                fields=["op_id", "name", "id"], condition=Q(taken_at__isnull=True), name="operation_signals_open_idx"
+            ),
+            models.Index(fields=["op_id", "id"], name="operation_signals_op_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} → {self.op_id}"
+
+
+class OperationDependency(models.Model):
+    """``start(..., after=[ids])``: operation ``op_id`` runs once ``after_id`` succeeded."""
+
+    op_id = models.CharField(max_length=200)
+    after_id = models.CharField(max_length=200)
+
+    class Meta:
+        db_table = f"{configured_table()}_dependencies"
+        constraints = [models.UniqueConstraint(fields=["after_id", "op_id"], name="operation_dependencies_uniq")]
+        indexes = [models.Index(fields=["op_id"], name="operation_dependencies_op_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.op_id} after {self.after_id}"

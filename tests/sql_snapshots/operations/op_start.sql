@@ -10,7 +10,9 @@ WITH ins AS (
         o.error_message, o.error_retryable, o.attempts, o.max_attempts, o.attempt_log,
         o.cancel_requested, o.revision, o.claimed_until, o.lease_token, o.worker_id, o.created_at,
         o.updated_at, o.started_at, o.finished_at, o.parent_id, o.position, o.follows_id, o.fanned_in,
-        o.children_total, o.children_succeeded, o.children_failed, o.children_cancelled
+        o.children_total, o.children_succeeded, o.children_failed, o.children_cancelled, o.workflow,
+        o.wait_kind, o.wait_name, o.wake_at, o.wake_pending, o.forked_from_id, o.deps_open,
+        o.has_dependents
 ),
 item AS (
     INSERT INTO work_items AS w (
