@@ -63,6 +63,8 @@ class Definition:
     #: what run returned (or None) and what it raised (or None). Not called when the attempt is
     #: retried or its end could not be recorded. What it raises is logged, never propagated.
     finished: Callable | None = None
+    #: Whether this kind is a workflow (``operations.workflow``): its runs record their steps.
+    workflow: bool = False
     #: Whether ``run`` is an ``async def`` (awaited on runworker's event loop); worked out once.
     is_async: bool = dataclasses.field(init=False, default=False)
 
@@ -163,6 +165,7 @@ class Registry:
         max_attempts: int | None = None,
         retry_delay: float | Callable | None = None,
         finished: Callable | None = None,
+        workflow: bool = False,
     ):
         """Register ``run`` under ``kind``; without ``run``, return a decorator."""
 
@@ -176,6 +179,7 @@ class Registry:
                     max_attempts=max_attempts,
                     retry_delay=retry_delay,
                     finished=finished,
+                    workflow=workflow,
                 )
             )
             return fn

@@ -26,6 +26,7 @@ not begun: it ends cancelled there, with no attempt charged, even if its run nev
 from __future__ import annotations
 
 import contextvars
+import datetime as dt
 import functools
 import json
 import logging
@@ -117,6 +118,18 @@ class Unretryable(Exception):
             inner.__context__ = self.__context__ if self.__context__ is not inner else None
             inner.__suppress_context__ = self.__suppress_context__
         return inner
+
+
+class Suspended(BaseException):
+    """Raised by ``wf.sleep`` / ``wf.wait`` to end the run until its wake time; the runner
+    puts the operation to wait (``op_suspend``). A BaseException, so ``except Exception`` in a
+    workflow does not swallow it."""
+
+    def __init__(self, kind: str, name: str, wake_at: dt.datetime | None):
+        super().__init__(f"waiting for {kind} {name}".strip())
+        self.kind = kind
+        self.name = name
+        self.wake_at = wake_at
 
 
 def is_unretryable(exc: BaseException) -> bool:
@@ -258,6 +271,11 @@ def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: Proof, 
         log.warning("%s: stopped by its worker; not recorded", op.id)
         RUNS.add(op.kind, "released")
         return
+    if isinstance(failure, Suspended):
+        # A workflow waits (wf.sleep / wf.wait): not an end and not a failure.
+        RUNS.add(op.kind, _suspend(reporter, common, failure) or "waiting")
+        ctx.settled = True
+        return
     with tracing.span(
         f"operations.finish {op.kind}",
         {"operations.id": op.id, "operations.kind": op.kind, "operations.attempt": attempt.number},
@@ -287,6 +305,25 @@ def _ended(definition, reporter: Reporter, op, attempt: Attempt, common: Proof, 
         # Recorded; but in the main thread (an inline drain, a shell) it may be the user's
         # Ctrl-C, and they asked to stop. A worker's runner threads never get a real one.
         raise failure
+
+
+def _suspend(reporter: Reporter, common: Proof, wait) -> str | None:
+    """Put a workflow to wait; None when it waits, else the end written instead (a
+    cancellation requested meanwhile ends it cancelled)."""
+    try:
+        if store.suspend(
+            **common,
+            progress=reporter.snapshot(),
+            wait_kind=wait.kind,
+            wait_name=wait.name,
+            wake_at=wait.wake_at,
+            using=reporter.using,
+        ):
+            return None
+    except Exception:
+        log.exception("%s: could not record its wait; its lease will lapse and it will run again", reporter.op_id)
+        return None
+    return _finish(reporter, common, state="cancelled", code=CODE_CANCELLED, cancel_wins=True, outcome="cancelled")
 
 
 def _succeeded(reporter: Reporter, common: Proof, result) -> str | None:

@@ -77,6 +77,7 @@ def start(
         queue_channel=wq_settings().notify_channel,
         trace_context=_current_trace(),
         group=group,
+        workflow=definition.workflow,
         using=using,
     )
     if op is not None:
@@ -178,6 +179,11 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
                 WorkItem.objects.db_manager(using).cancel_key(op.id, queue=op.queue)
                 if op.parent_id:
                     batches.fan_in([op.id], using=using)
+            if op.workflow:
+                from operations import workflows
+
+                for child in workflows.child_ids(op.id, using=using):  # what it started goes with it
+                    cancel(child, using=using)
             return op
     # Outside the block, so a missing id does not mark the caller's transaction for rollback.
     return get(op_id, owner=owner, using=using)

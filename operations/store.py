@@ -28,6 +28,8 @@ RUN_COLUMNS = [c for c in OP_COLUMNS if c != "attempt_log"]  # what begin hands 
 _JSON = {"request", "result_detail", "attempt_log"}
 
 WATCHES_TABLE = f"{configured_table()}_watches"
+STEPS_TABLE = f"{configured_table()}_steps"
+SIGNALS_TABLE = f"{configured_table()}_signals"
 
 
 def generated_fragments() -> dict[str, str]:
@@ -36,6 +38,8 @@ def generated_fragments() -> dict[str, str]:
     return {
         "table": configured_table(),
         "watches": WATCHES_TABLE,
+        "steps": STEPS_TABLE,
+        "signals": SIGNALS_TABLE,
         "op": sql.column_list(f"o.{c}" for c in OP_COLUMNS),
         "op_light": sql.column_list(f"o.{c}" for c in LIGHT_COLUMNS),
         "op_run": sql.column_list(f"o.{c}" for c in RUN_COLUMNS),
@@ -109,6 +113,7 @@ def start(
     queue_channel: str,
     trace_context: Any = None,
     group: str | None = None,
+    workflow: bool = False,
     using: str = DEFAULT_DB_ALIAS,
 ) -> Operation | None:
     """``op_start``: the new operation, or None when the id is taken (nothing written).
@@ -131,6 +136,7 @@ def start(
             "queue_channel": queue_channel,
             "trace_context": trace_context,
             "group": group,
+            "workflow": workflow,
         },
         using=using,
     )
@@ -362,3 +368,129 @@ def fan_in_due(*, limit: int, using: str = DEFAULT_DB_ALIAS) -> list[str]:
 def cancel_children(id: str, *, using: str = DEFAULT_DB_ALIAS) -> list[tuple[str, str]]:
     """``op_cancel_children``: (id, state) of the children cancelled outright or asked to stop."""
     return [(row[0], row[1]) for row in run("op_cancel_children", {"id": id}, using=using)]
+
+
+# -- workflows (operations.workflows) -----------------------------------------------------
+
+
+class StepRow(TypedDict):
+    """A recorded step, as a resumed run replays it (``step_list``)."""
+
+    position: int
+    name: str
+    kind: str
+    state: str
+    attempts: int
+    result: Any
+    error: Any
+    wake_at: dt.datetime | None
+    due: bool
+
+
+def _held(id: str, token: Any) -> dict[str, Any]:
+    return {"id": id, "token": token}
+
+
+def step_list(*, id: str, using: str = DEFAULT_DB_ALIAS) -> dict[int, StepRow]:
+    """``step_list``: the run's recorded steps by position."""
+    rows = run("step_list", {"id": id}, using=using)
+    keys = StepRow.__annotations__
+    recorded = {}
+    for r in rows:
+        row = dict(zip(keys, r, strict=True))
+        for name in ("result", "error"):  # jsonb arrives as its text (Django's loader)
+            if isinstance(row[name], str):
+                row[name] = json.loads(row[name])
+        recorded[r[0]] = StepRow(**row)  # type: ignore[typeddict-item]
+    return recorded
+
+
+def step_begin(
+    *, id: str, token: Any, position: int, name: str, using: str = DEFAULT_DB_ALIAS
+) -> tuple[int | None, bool] | None:
+    """``step_begin``: (the call's attempt number, cancel requested), or None when the run no
+    longer holds the operation. A requested cancel records nothing (the attempt is None)."""
+    rows = run("step_begin", {**_held(id, token), "position": position, "name": name}, using=using)
+    return (rows[0][0], rows[0][1]) if rows else None
+
+
+def step_save(
+    *,
+    id: str,
+    token: Any,
+    position: int,
+    name: str,
+    kind: str,
+    state: str,
+    result: Any = None,
+    error: Any = None,
+    wait_s: float | None = None,
+    keep_wake: bool = False,
+    using: str = DEFAULT_DB_ALIAS,
+) -> tuple[dt.datetime | None, bool] | None:
+    """``step_save``: (wake time, whether it has come), or None when the run no longer holds it.
+
+    ``result`` and ``error`` are JSON text (or None)."""
+    params = {
+        **_held(id, token),
+        "position": position,
+        "name": name,
+        "kind": kind,
+        "state": state,
+        "result": result,
+        "error": error,
+        "wait_s": wait_s,
+        "keep_wake": keep_wake,
+    }
+    rows = run("step_save", params, using=using)
+    return (rows[0][0], rows[0][1]) if rows else None
+
+
+def step_take_signal(
+    *, id: str, token: Any, position: int, name: str, using: str = DEFAULT_DB_ALIAS
+) -> tuple[bool, Any]:
+    """``step_take_signal``: (taken, payload): the oldest untaken signal of ``name``, if any."""
+    rows = run("step_take_signal", {**_held(id, token), "position": position, "name": name}, using=using)
+    if not rows:
+        return False, None
+    payload = rows[0][1]
+    return True, json.loads(payload) if isinstance(payload, str) else payload
+
+
+def suspend(
+    *,
+    id: str,
+    item_id: int,
+    token: Any,
+    progress: dict[str, Any],
+    wait_kind: str,
+    wait_name: str,
+    wake_at: dt.datetime | None,
+    using: str = DEFAULT_DB_ALIAS,
+) -> bool:
+    """``op_suspend``: whether the run was put to wait (False: cancel requested, or not held)."""
+    params = {
+        **progress,
+        "id": id,
+        "item_id": item_id,
+        "token": token,
+        "wait_kind": wait_kind,
+        "wait_name": wait_name,
+        "wake_at": wake_at,
+    }
+    return bool(run("op_suspend", params, using=using))
+
+
+def signal(*, id: str, name: str, payload: Any, queue_channel: str, using: str = DEFAULT_DB_ALIAS) -> int | None:
+    """``op_signal``: the signal's id, or None when no unfinished workflow has this id."""
+    params = {"id": id, "name": name, "payload": Jsonb(payload), "queue_channel": queue_channel}
+    rows = run("op_signal", params, using=using)
+    return rows[0][0] if rows else None
+
+
+def fork(
+    *, id: str, source: str, from_step: int, queue_channel: str, using: str = DEFAULT_DB_ALIAS
+) -> Operation | None:
+    """``op_fork``: the new run, or None (the id is taken, or ``source`` is not a workflow)."""
+    params = {"id": id, "source": source, "from_step": from_step, "queue_channel": queue_channel}
+    return first_operation(run("op_fork", params, using=using), using=using)

@@ -11,6 +11,7 @@
 --   {close_released}     the same, for an attempt whose work was given back
 --   {op_cancelable:O}    whether operation row O may be cancelled (a boolean)
 --   {op_cancel_set:O}    the SET list of the cancel of operation row O
+--   {wf_held}            whether the run writing a workflow step holds operation %(id)s
 
 
 -- fragment: notify(op_id)
@@ -69,3 +70,10 @@ error_retryable = CASE WHEN $o.state = 'pending' THEN NULL ELSE $o.error_retryab
 finished_at = CASE WHEN $o.state = 'pending' THEN now() ELSE $o.finished_at END,
 claimed_until = CASE WHEN $o.state = 'pending' THEN NULL ELSE $o.claimed_until END,
 updated_at = now(), revision = $o.revision + 1
+
+
+-- fragment: wf_held()
+-- Whether the run writing a workflow's step still holds operation %(id)s: it is running under
+-- the lease proof %(token)s (a boolean). A run that lost its hold records nothing.
+EXISTS (SELECT 1 FROM {table} AS held_op
+        WHERE held_op.id = %(id)s::text AND held_op.lease_token = %(token)s::uuid AND held_op.state = 'running')

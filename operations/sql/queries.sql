@@ -28,9 +28,9 @@
 -- over_wire, a check says so), and idle workers are woken at commit.
 WITH ins AS (
     INSERT INTO {table} AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
-                              created_at, updated_at)
+                              workflow, created_at, updated_at)
     VALUES (%(id)s, %(kind)s, %(owner)s, 'pending', %(queue)s, %(priority)s, %(request)s, %(count_label)s,
-            %(max_attempts)s, now(), now())
+            %(max_attempts)s, %(workflow)s, now(), now())
     ON CONFLICT (id) DO NOTHING
     RETURNING {op}
 ),
@@ -68,6 +68,7 @@ began AS (
     SET state = 'running', attempts = o.attempts + 1,
         claimed_until = item.lease_expires_at, lease_token = %(token)s,
         worker_id = %(worker_id)s::text, started_at = coalesce(o.started_at, now()),
+        wait_kind = '', wait_name = '', wake_at = NULL,
         updated_at = now(), revision = o.revision + 1,
         attempt_log = {open_attempt}
     FROM item
@@ -310,7 +311,8 @@ FOR UPDATE OF o SKIP LOCKED;
 -- name: op_reap
 -- reap: delete terminal operations finished longer than the retention ago, a batch at a time
 -- (of top-level operations). A child goes only with its parent, in the same statement, never
--- before it (a parent ends only once all its children have): a batch's rows go together.
+-- before it (a parent ends only once all its children have): a batch's rows go together. A
+-- workflow's recorded steps and its signals go with it.
 WITH doomed AS (
     SELECT id FROM {table}
     WHERE state IN ('succeeded', 'failed', 'cancelled')
@@ -318,6 +320,12 @@ WITH doomed AS (
       AND parent_id IS NULL
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+steps AS (
+    DELETE FROM {steps} AS s WHERE s.op_id IN (SELECT id FROM doomed)
+),
+signals AS (
+    DELETE FROM {signals} AS g WHERE g.op_id IN (SELECT id FROM doomed)
 )
 DELETE FROM {table}
 WHERE id IN (SELECT id FROM doomed)
@@ -551,3 +559,185 @@ stopped AS (
     {item_cancel_keys:(SELECT c.id FROM c WHERE c.state = 'cancelled') AS gone, gone.id}
 )
 SELECT c.id, c.state, (SELECT count(*) FROM stopped) AS items_stopped, {notify:c.id} FROM c;
+
+
+-- Workflows (operations/workflows.py). A workflow is an operation whose run records its steps
+-- in {steps}, one row per position: a checkpointed call (kind step), a sleep, a wait, a patch
+-- marker or a child operation it started. A step's writes are made only while the run holds
+-- the operation ({wf_held}: its lease proof), so a run that lost its hold records nothing.
+
+
+-- name: step_list
+-- What a workflow run recorded so far, in position order (read once when a run begins; a
+-- resumed run replays it), with whether a sleep's or a wait's wake time has come.
+SELECT s.position, s.name, s.kind, s.state, s.attempts, s.result, s.error, s.wake_at,
+       coalesce(s.wake_at <= now(), false) AS due
+FROM {steps} AS s
+WHERE s.op_id = %(id)s::text
+ORDER BY s.position;
+
+
+-- name: step_begin
+-- A checkpointed call is about to run its body: record it running, one more attempt (its
+-- first start time kept), unless cancellation was requested (then nothing is recorded and the
+-- run stops before the step: each step boundary hears of a cancel without a flush). Returns
+-- (the attempt, cancel requested); no row: the run no longer holds the operation.
+WITH op AS (
+    SELECT held_op.cancel_requested FROM {table} AS held_op
+    WHERE held_op.id = %(id)s::text AND held_op.lease_token = %(token)s::uuid AND held_op.state = 'running'
+),
+ins AS (
+    INSERT INTO {steps} AS s (op_id, position, name, kind, state, attempts, started_at)
+    SELECT %(id)s::text, %(position)s::int, %(name)s::text, 'step', 'running', 1, now()
+    FROM op WHERE NOT op.cancel_requested
+    ON CONFLICT (op_id, position) DO UPDATE SET attempts = s.attempts + 1, state = 'running', error = NULL
+    RETURNING s.attempts
+)
+SELECT (SELECT ins.attempts FROM ins), op.cancel_requested FROM op;
+
+
+-- name: step_save
+-- Record a step's state at its position: a call's result or final error, a sleep's or a wait's
+-- wake time, a patch marker, a child's id. Returns the wake time and whether it has come
+-- (a sleep compares the database's clock, never the worker's). No row: not held.
+INSERT INTO {steps} AS s (op_id, position, name, kind, state, attempts, started_at, finished_at, wake_at,
+                          result, error)
+SELECT %(id)s::text, %(position)s::int, %(name)s::text, %(kind)s::text, %(state)s::text, 1, now(),
+       CASE WHEN %(state)s::text IN ('succeeded', 'failed', 'timed_out') THEN now() END,
+       CASE WHEN %(wait_s)s::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => %(wait_s)s::float8) END,
+       %(result)s::jsonb, %(error)s::jsonb
+WHERE {wf_held}
+ON CONFLICT (op_id, position) DO UPDATE
+SET state = excluded.state, finished_at = excluded.finished_at, result = excluded.result, error = excluded.error,
+    wake_at = CASE WHEN %(keep_wake)s::bool THEN s.wake_at ELSE excluded.wake_at END
+RETURNING s.wake_at, coalesce(s.wake_at <= now(), false) AS due;
+
+
+-- name: step_take_signal
+-- A wait takes the oldest signal of its name not yet taken (signals of one name are taken in
+-- the order they were sent) and records it as the wait's result, in one statement: a signal
+-- is taken by one wait, once. No row: none is there (or the run does not hold the operation).
+WITH sig AS (
+    UPDATE {signals} AS g SET taken_at = now(), taken_by_position = %(position)s::int
+    WHERE g.id = (SELECT x.id FROM {signals} AS x
+                  WHERE x.op_id = %(id)s::text AND x.name = %(name)s::text AND x.taken_at IS NULL
+                  ORDER BY x.id LIMIT 1 FOR UPDATE SKIP LOCKED)
+      AND {wf_held}
+    RETURNING g.id, g.payload
+),
+rec AS (
+    INSERT INTO {steps} AS s (op_id, position, name, kind, state, attempts, started_at, finished_at, result)
+    SELECT %(id)s::text, %(position)s::int, %(name)s::text, 'wait', 'succeeded', 1, now(), now(), sig.payload
+    FROM sig
+    ON CONFLICT (op_id, position) DO UPDATE SET state = 'succeeded', finished_at = now(), result = excluded.result
+    RETURNING s.position
+)
+SELECT sig.id, sig.payload, (SELECT count(*) FROM rec) AS recorded FROM sig;
+
+
+-- name: op_suspend
+-- A workflow run pauses to sleep or wait: the operation goes back to pending, waiting (what
+-- for, until when), its attempt given back (a wait is not a failure) and its lease dropped;
+-- its work item is queued again, due at the wake time, the claim's attempt refunded. No
+-- thread, connection or lease is held while it waits. A signal that arrived while the run
+-- ran (wake_pending) makes a wait for a signal due at once: the run checked for signals before
+-- this, so one sent in between would otherwise wait for the timeout. Refused when
+-- cancellation was requested (the caller ends it cancelled) or the hold is gone. Only while
+-- this worker holds the work item, whose row is locked first.
+WITH held AS (
+    {item_lock_held:%(item_id)s, %(token)s, {states_running}}
+),
+s AS (
+    UPDATE {table} AS o
+    SET state = 'pending', attempts = greatest(o.attempts - 1, 0), claimed_until = NULL, lease_token = NULL,
+        wait_kind = %(wait_kind)s::text, wait_name = %(wait_name)s::text,
+        wake_at = CASE WHEN o.wake_pending AND %(wait_kind)s::text = 'signal' THEN now()
+                       ELSE %(wake_at)s::timestamptz END,
+        wake_pending = false,
+        units_total = %(units_total)s::int, units_done = %(units_done)s::int, unit = %(unit)s::text,
+        message = %(message)s::text, count = greatest(o.count, %(count)s::bigint),
+        updated_at = now(), revision = o.revision + 1,
+        attempt_log = {attempt_closed:jsonb_build_object('outcome', 'waiting')}
+    FROM held
+    WHERE o.id = %(id)s AND o.lease_token = %(token)s AND o.state = 'running' AND NOT o.cancel_requested
+    RETURNING o.id, o.wake_at
+),
+item AS (
+    {item_wait_until:s, %(item_id)s, s.wake_at}
+)
+SELECT s.id, s.wake_at, {notify:s.id} FROM s;
+
+
+-- name: op_signal
+-- Send a signal to an unfinished workflow: kept in {signals} until a wait of its name takes
+-- it. A workflow waiting for this name is made due now (its work item; idle workers are
+-- woken at commit); a running one is marked wake_pending, so the wait it may be about to
+-- record ends at once (op_suspend). The work item is locked first (the lock order), so a
+-- signal and a suspend are ordered. No row: no unfinished workflow has this id.
+WITH target AS (
+    SELECT o.id FROM {table} AS o WHERE o.id = %(id)s AND o.workflow AND o.state IN ('pending', 'running')
+),
+held AS (
+    SELECT count(*) AS n FROM ({item_lock_key:%(id)s}) AS locked
+),
+sig AS (
+    INSERT INTO {signals} AS g (op_id, name, payload, sent_at)
+    SELECT target.id, %(name)s, %(payload)s::jsonb, now() FROM target
+    RETURNING g.id, g.op_id
+),
+woke AS (
+    UPDATE {table} AS o
+    SET wake_pending = o.wake_pending OR o.state = 'running', updated_at = now(), revision = o.revision + 1
+    FROM sig, held
+    WHERE o.id = sig.op_id AND o.state IN ('pending', 'running')
+    RETURNING o.id, o.state, o.wait_kind, o.wait_name
+),
+due AS (
+    {item_due_now:(SELECT woke.id FROM woke WHERE woke.state = 'pending' AND woke.wait_kind = 'signal'
+                   AND woke.wait_name = %(name)s::text) AS hit, hit.id}
+),
+told AS (
+    SELECT pg_notify(%(queue_channel)s::text, q.queue) FROM (SELECT DISTINCT due.queue FROM due) AS q
+)
+SELECT sig.id, (SELECT count(*) FROM due) AS woken, (SELECT count(*) FROM told) AS told, {notify:sig.op_id}
+FROM sig;
+
+
+-- name: op_fork
+-- A new workflow run of the same kind and request as %(source)s, pending with its work item,
+-- that starts with a copy of the source's steps before position %(from_step)s (marked copied:
+-- they return their recorded results without running) and runs the rest anew. Its own id,
+-- so its steps' keys (wf.step_key) differ from the source's. No row: the id is taken, or the
+-- source is not a workflow.
+WITH src AS (
+    SELECT o.* FROM {table} AS o WHERE o.id = %(source)s AND o.workflow
+),
+ins AS (
+    INSERT INTO {table} AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
+                              workflow, forked_from_id, created_at, updated_at)
+    SELECT %(id)s, src.kind, src.owner, 'pending', src.queue, src.priority, src.request, src.count_label,
+           src.max_attempts, true, src.id, now(), now()
+    FROM src
+    ON CONFLICT (id) DO NOTHING
+    RETURNING {op}
+),
+copied AS (
+    INSERT INTO {steps} AS s (op_id, position, name, kind, state, attempts, started_at, finished_at, wake_at,
+                              result, error, copied)
+    SELECT ins.id, s.position, s.name, s.kind, s.state, s.attempts, s.started_at, s.finished_at, s.wake_at,
+           s.result, s.error, true
+    FROM ins, {steps} AS s
+    WHERE s.op_id = %(source)s AND s.position < %(from_step)s
+    RETURNING s.position
+),
+item AS (
+    {item_insert:(
+        SELECT ins.queue, ins.id AS key, NULL::text AS environment_id, ins.priority, now() AS run_after,
+               0 AS attempts, ins.max_attempts, jsonb_build_object() AS metadata, NULL::jsonb AS trace_context,
+               false AS wire, NULL::text AS group_key
+        FROM ins
+    )}
+    {item_skip_live}
+    RETURNING pg_notify(%(queue_channel)s::text, w.queue)
+)
+SELECT ins.*, (SELECT count(*) FROM copied) AS copied, (SELECT count(*) FROM item) AS enqueued FROM ins;

@@ -10,4 +10,5 @@ class TestAppConfig(AppConfig):
         from tests.testapp import (
             handlers,  # noqa: F401
             kinds,  # noqa: F401  (operation kinds for tests/operations)
+            workflows,  # noqa: F401  (workflow kinds for tests/operations/test_workflows*)
         )

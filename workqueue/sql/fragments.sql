@@ -29,6 +29,8 @@
 --   {item_settle:SOURCE, ID, OUTCOME, ERROR}        settle an item for a holder's write
 --   {item_retry_after:SOURCE, ID, DELAY_S, ERROR}   back to queued after the delay
 --   {item_stop_refunded:ID, TOKEN}          settle as a no-op, refunding the claim's attempt
+--   {item_wait_until:SOURCE, ID, RUN_AFTER} back to queued until RUN_AFTER, refunding the claim's attempt
+--   {item_due_now:SOURCE, KEY}              make the queued items of SOURCE's keys due now
 --   {cap_lock:QUEUE}                        the per-queue max_running advisory lock
 --   {slots_used:QUEUE, WIRE}                what counts against max_running
 --   {starts_used:QUEUE, SECONDS, WIRE}      what counts against a rate
@@ -190,6 +192,30 @@ SET state = 'stopped', outcome = 'stopped', stopped_at = now(), lease_token = NU
     attempts = greatest(w.attempts - 1, 0)
 WHERE w.id = $id AND w.lease_token = $token AND w.state IN {states_running}
 RETURNING w.id
+
+
+-- fragment: item_wait_until(source, id, run_after)
+-- Item ID back to queued, due at RUN_AFTER (NULL: a hundred years from now, i.e. only when
+-- something makes it due), lease dropped and the attempt its claim charged given back, if
+-- SOURCE has a row (as item_settle): a run that paused to wait, which is not an attempt spent.
+-- Returns its id.
+UPDATE work_items AS w
+SET state = 'queued', run_after = coalesce($run_after, now() + interval '100 years'), lease_token = NULL,
+    lease_expires_at = NULL, attempts = greatest(w.attempts - 1, 0), reclaimed = false
+FROM $source
+WHERE w.id = $id
+RETURNING w.id
+
+
+-- fragment: item_due_now(source, key)
+-- Every queued item whose key is KEY of a row of the relation SOURCE, not yet due, becomes
+-- due now (a waiting run was woken); the caller locked them earlier in the statement
+-- (item_lock_key). Returns their queues.
+UPDATE work_items AS w
+SET run_after = now()
+FROM $source
+WHERE w.key = $key AND w.state = 'queued' AND w.run_after > now()
+RETURNING w.queue
 
 
 -- fragment: cap_lock(queue)

@@ -9,6 +9,7 @@ began AS (
     SET state = 'running', attempts = o.attempts + 1,
         claimed_until = item.lease_expires_at, lease_token = %(token)s,
         worker_id = %(worker_id)s::text, started_at = coalesce(o.started_at, now()),
+        wait_kind = '', wait_name = '', wake_at = NULL,
         updated_at = now(), revision = o.revision + 1,
         attempt_log = (CASE WHEN jsonb_array_length(o.attempt_log) >= 20 THEN o.attempt_log - 0 ELSE o.attempt_log END)
             || jsonb_build_array(jsonb_build_object(

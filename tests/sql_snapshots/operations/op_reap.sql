@@ -6,6 +6,12 @@ WITH doomed AS (
       AND parent_id IS NULL
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+steps AS (
+    DELETE FROM operations_steps AS s WHERE s.op_id IN (SELECT id FROM doomed)
+),
+signals AS (
+    DELETE FROM operations_signals AS g WHERE g.op_id IN (SELECT id FROM doomed)
 )
 DELETE FROM operations
 WHERE id IN (SELECT id FROM doomed)

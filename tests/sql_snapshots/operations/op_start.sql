@@ -1,9 +1,9 @@
 -- op_start, from operations/sql/queries.sql (expanded)
 WITH ins AS (
     INSERT INTO operations AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
-                              created_at, updated_at)
+                              workflow, created_at, updated_at)
     VALUES (%(id)s, %(kind)s, %(owner)s, 'pending', %(queue)s, %(priority)s, %(request)s, %(count_label)s,
-            %(max_attempts)s, now(), now())
+            %(max_attempts)s, %(workflow)s, now(), now())
     ON CONFLICT (id) DO NOTHING
     RETURNING o.id, o.kind, o.owner, o.state, o.queue, o.priority, o.request, o.units_total, o.units_done,
         o.unit, o.message, o.count_label, o.count, o.result_uri, o.result_detail, o.error_code,
