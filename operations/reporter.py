@@ -10,7 +10,8 @@ work item, and brings back whether cancellation was requested and whether this w
 holds the operation. Nothing on the Reporter raises: a flush that fails is logged and counted.
 
 A run that reports nothing is never flushed, so it keeps its lease only for ``LEASE`` and
-cannot observe a cancellation: report progress.
+cannot observe a cancellation: report progress. A workflow's run is the exception
+(``keepalive``): its steps may be long and quiet, so it is flushed every interval regardless.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ class Reporter:
         self.flush_errors = 0
         self._closed = False
         self.due = False  # a unit boundary is waiting for the flusher thread
+        self.keepalive = False  # flushed every interval even when nothing changed (workflows)
         # The run's span (workqueue.tracing): each flush adds a progress event to it.
         self._span = tracing.current_span()
 
@@ -408,7 +410,7 @@ class Flusher:
                 for reporter in reporters:
                     if (
                         reporter.held
-                        and reporter.dirty()
+                        and (reporter.dirty() or reporter.keepalive)
                         and (reporter.due or now - reporter.last_flush >= reporter.interval)
                     ):
                         reporter._write()

@@ -148,6 +148,7 @@ class Workflow:
 
     def __init__(self, reporter, recorded: dict[int, store.StepRow]):
         self.reporter = reporter
+        reporter.keepalive = True  # its steps may be long and quiet: the lease is kept regardless
         self.id: str = reporter.op_id
         self.using: str = reporter.using
         self._token = reporter.token
