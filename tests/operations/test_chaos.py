@@ -10,7 +10,9 @@ this test checks, is:
   settled succeeded;
 - every run that returned normally but is not the recorded success ran in a process this
   test SIGKILLed (it died before its end was written), never in a live one;
-- every operation ends terminal, with no work item left unsettled: none stuck.
+- every operation ends terminal, with no work item left unsettled: none stuck;
+- the workflows among them (test.wf.crashy) all succeed with the right result, their
+  ``transaction=True`` step ran exactly once and every plain step at least once.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ MIX = {
 WORKERS = 4
 CHAOS_SECONDS = 40  # kills stop after this long, or after MAX_KILLS
 MAX_KILLS = 12
+WORKFLOWS = 20
 DEADLINE_SECONDS = 240  # generous: a loaded machine boots workers slowly
 
 
@@ -53,8 +56,12 @@ def test_chaos_every_operation_ends_terminal_once_with_workers_killed_at_random(
         request = {"units": rng.randint(2, 6), "pause": 0.08} if kind.endswith(".slow") else {}
         ids[operations.start(kind, request).id] = kind
     assert len(ids) == 200
+    flows = [
+        operations.start("test.wf.crashy", {"pause_b": 0.3, "pause_c": 0.3, "between": 0.1}).id
+        for _ in range(WORKFLOWS)
+    ]
 
-    chaos = Chaos(rng, ids, start_worker, spawn_command)
+    chaos = Chaos(rng, {**ids, **dict.fromkeys(flows, "test.wf.crashy")}, start_worker, spawn_command)
     chaos.run()
     chaos.stop()
     # How many recovers fit into the run depends on how fast processes start: at least one did.
@@ -82,6 +89,22 @@ def test_chaos_every_operation_ends_terminal_once_with_workers_killed_at_random(
         f"{time.monotonic() - chaos.started:.1f}s, attempts {Counter(op.attempts for op in rows.values())}"
     )
     assert taken_over >= 1
+    check_workflows(flows)
+
+
+def check_workflows(flows: list[str]) -> None:
+    """Every workflow succeeded with every step recorded once; its transaction step ran once."""
+    from tests.testapp.models import Sample
+
+    runs = Counter(Sample.objects.filter(name__regex=r"^[abcd]:").values_list("name", flat=True))
+    for op_id in flows:
+        op = Operation.objects.get(pk=op_id)
+        assert op.state == "succeeded" and op.result_detail == {"total": 10}, (op, op.error)
+        assert [s.state for s in operations.steps(op_id)] == ["succeeded"] * 4
+        assert runs[f"c:{op_id}"] == 1, "a transaction=True step ran exactly once"
+        assert all(runs[f"{step}:{op_id}"] >= 1 for step in "abd")
+    resumed = Operation.objects.filter(pk__in=flows, attempts__gt=1).count()
+    print(f"chaos: {len(flows)} workflows, {resumed} resumed on another attempt, all succeeded")
 
 
 class Chaos:

@@ -13,7 +13,6 @@ from operations.models import Operation, OperationStep
 from tests.conftest import wait_until
 from tests.operations.conftest import op_row, spawn_ops_worker, wait_for_state
 from tests.testapp.models import Sample
-from workqueue.models import WorkItem
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
