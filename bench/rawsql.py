@@ -211,6 +211,7 @@ def _ops_loop(conninfo: str, n: int, batch: int, lease: float, out) -> None:
                     "queue_channel": "bench_raw",
                     "trace_context": None,
                     "group": None,
+                    "workflow": False,
                     "relaxed": False,
                 },
             ).fetchall()

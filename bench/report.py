@@ -21,6 +21,8 @@ class Options:
     operations: int = 3_000
     batch_children: int = 10_000
     tasks: int = 3_000
+    workflows: int = 1_000  # 5-step no-op workflow runs (the workflows section)
+    waiting: int = 1_000  # ... and workflows waiting on a signal, signalled at once
     wire_items: int = 2_000
     wire_clients: int = 4
     starters: int = 4  # threads starting operations / enqueuing tasks (as concurrent requests)
@@ -36,6 +38,7 @@ class Options:
         "latency",
         "operations",
         "batch",
+        "workflows",
         "tasks",
         "wire",
         "schedules",
@@ -62,6 +65,8 @@ class Options:
             operations=100,
             batch_children=100,
             tasks=100,
+            workflows=50,
+            waiting=50,
             wire_items=40,
             rss_items=2_000,
             schedules=50,

@@ -19,7 +19,7 @@ from bench.sections.history import bench_history
 from bench.sections.indexes import bench_indexes
 from bench.sections.io import bench_io
 from bench.sections.latency import bench_latency
-from bench.sections.lives import bench_batch, bench_operations, bench_tasks
+from bench.sections.lives import bench_batch, bench_operations, bench_tasks, bench_workflows
 from bench.sections.rss import bench_rss
 from bench.sections.schedules import bench_schedules
 from bench.sections.tracing import bench_tracing
@@ -34,6 +34,7 @@ SECTIONS = {
     "latency": bench_latency,
     "operations": bench_operations,
     "batch": bench_batch,
+    "workflows": bench_workflows,
     "tasks": bench_tasks,
     "wire": bench_wire,
     "schedules": bench_schedules,

@@ -128,3 +128,67 @@ def bench_tasks(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
         spent=spent,
         spent_items=opts.tasks * opts.runs,
     )
+
+
+def bench_workflows(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
+    """A 5-step no-op workflow from start to done (runs/s, steps/s) beside a no-op operation,
+    2 workers; then workflows waiting on a signal, all signalled at once: until all finished."""
+    import operations
+    from operations.models import Operation
+
+    n = opts.workflows
+    rate, _, spent = _life(
+        opts,
+        db,
+        n,
+        ["--queue", "operations"],
+        lambda i: operations.start("demo.five_steps", None),
+        lambda: Operation.objects.succeeded().count(),
+    )
+    plain = next((r for r in report.rows if r.name.startswith("operations: start")), None)
+    per_step = f"; a step costs {plain.value / (rate * 5):.2f}× a no-op operation" if plain else ""
+    report.add(
+        "workflows: 5 no-op steps → succeeded, 2 workers",
+        rate,
+        "runs/s",
+        note=f"{rate * 5:,.0f} steps/s{per_step}",
+        spent=spent,
+        spent_items=n * opts.runs,
+    )
+    report.add("workflows: a signal-waiting crowd, all signalled at once", *_signalled(opts, db))
+
+
+def _signalled(opts: Options, db: ThrowawayDatabase) -> tuple[float, str]:
+    """Seconds from signalling ``opts.waiting`` waiting workflows to all of them done (median)."""
+    import operations
+    from operations.models import Operation
+
+    n = opts.waiting
+    times = []
+    for _ in range(opts.runs):
+        reset()
+        ids = [operations.start("demo.await_signal", {"timeout": 3600}).id for _ in range(n)]
+        workers = Workers(
+            db.url, 2, ["--queue", "operations", "--batch", str(opts.batch), "--concurrency", str(opts.concurrency)]
+        )
+        try:
+            workers.wait_ready()
+            deadline = time.monotonic() + max(120, n / 20)
+            while Operation.objects.filter(pk__in=ids, wait_kind="signal").count() < n:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the workflows did not all wait:\n" + workers.output())
+                time.sleep(0.05)
+            started = time.perf_counter()
+            from django.db import transaction
+
+            with transaction.atomic():
+                for op_id in ids:
+                    operations.signal(op_id, "go", op_id)
+            while Operation.objects.filter(pk__in=ids).succeeded().count() < n:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the signalled workflows did not all finish:\n" + workers.output())
+                time.sleep(0.02)
+            times.append(time.perf_counter() - started)
+        finally:
+            workers.stop()
+    return statistics.median(times), f"s for {n:,}"

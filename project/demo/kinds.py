@@ -105,3 +105,23 @@ async def async_fetch(request, reporter: operations.AsyncReporter):
         reporter.finish_unit()
     await reporter.flush()
     return {"pages": pages}
+
+
+# -- workflows (the benchmark's, and a showcase) ----------------------------------------
+
+
+@operations.step()
+def nothing_step(n: int) -> int:
+    return n
+
+
+@operations.workflow("demo.five_steps")
+def five_steps(request, wf):
+    """Five no-op checkpointed steps: what a step costs (``benchqueue --only workflows``)."""
+    return {"steps": [nothing_step(n) for n in range(5)]}
+
+
+@operations.workflow("demo.await_signal")
+def await_signal(request, wf):
+    """Waits for the signal "go" (the benchmark signals a thousand at once)."""
+    return {"got": wf.wait("go", timeout=request.get("timeout", 3600) if request else 3600)}
