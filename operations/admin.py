@@ -12,7 +12,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from operations import batches, service
+from operations import admin_workflows, batches, service
 from operations.http import api_error, render, watch_response
 from operations.models import PARENT_KINDS, Operation, State
 from workqueue import values
@@ -115,7 +115,7 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
         "family",
         "timing",
     ]
-    list_filter = ["state", KindFilter, OwnerFilter]
+    list_filter = ["state", KindFilter, OwnerFilter, admin_workflows.WorkflowFilter]
     search_fields = ["=id", "=owner", "kind"]
     list_per_page = 50
     list_defer = ("result_detail", "attempt_log", "error_message")
@@ -282,6 +282,9 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
     def has_cancel_permission(self, request):
         return request.user.has_perm("operations.change_operation")
 
+    def has_fork_permission(self, request):
+        return request.user.has_perm("operations.change_operation")
+
     @admin.action(description="Cancel selected operations", permissions=["cancel"])
     def cancel_operations(self, request, queryset):
         changed = 0
@@ -301,6 +304,11 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
                 self.admin_site.admin_view(self.watch_view),
                 name="operations_operation_watch",
             ),
+            path(
+                "<path:object_id>/fork/",
+                self.admin_site.admin_view(self.fork_view),
+                name="operations_operation_fork",
+            ),
             *super().get_urls(),
         ]
 
@@ -314,6 +322,9 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
             return watch_response(request, op_id, owner=None, detail=True)  # counted against the user
         except Exception as exc:
             return api_error(exc, "admin watch").response()
+
+    def fork_view(self, request, object_id):
+        return admin_workflows.fork_view(self, request, object_id)
 
     def _children_page(self, request, parent: Operation) -> dict:
         """One keyset page of a parent's children (one index scan, whatever their number)."""
@@ -353,4 +364,6 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
             context["op_snapshot"] = render(obj, detail=True)  # json_script encodes it
             if obj.is_parent:
                 context["op_children"] = self._children_page(request, obj)
+            if obj.workflow:
+                context["op_workflow"] = admin_workflows.page_context(obj, can_fork=self.has_fork_permission(request))
         return super().render_change_form(request, context, add, change, form_url, obj)

@@ -51,7 +51,7 @@ log = logging.getLogger("operations.runner")
 #: On the worker's own registry (``runworker --metrics-port``): how each run of an operation ended.
 RUNS = Count(
     "operations_worker_runs",
-    "Operation runs by kind and how they ended (succeeded, failed, cancelled, retried, released, lost).",
+    "Operation runs by kind and how they ended (succeeded, failed, cancelled, retried, released, lost, waiting).",
     {"kind": "operations.kind", "outcome": "operations.outcome"},
     otel="operations.runs",
     unit="{run}",

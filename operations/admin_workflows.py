@@ -1,0 +1,130 @@
+"""The workflow parts of an operation's admin page: its steps as a timeline, what it waits
+for and until when, its signals, and "Fork from this step" (with the change permission).
+
+Kept apart from ``operations.admin`` (which calls these): the page's data in one place, read
+with one query per table, and the one action it adds."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from operations import workflows
+from operations.exceptions import OperationsError
+from operations.models import Operation
+
+PREVIEW = 120
+
+
+def preview(value) -> str:
+    """A short one-line rendering of a JSON value (the full value is on hover)."""
+    if value is None:
+        return ""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= PREVIEW else text[: PREVIEW - 1] + "…"
+
+
+def _duration(step) -> str:
+    taken = step.duration
+    return "" if taken is None else f"{taken.total_seconds():.3f} s"
+
+
+def page_context(op: Operation, *, can_fork: bool) -> dict:
+    """What the workflow panel shows for ``op``."""
+    steps = workflows.steps(op.id)
+    rows = [
+        {
+            "position": s.position,
+            "name": s.name,
+            "kind": s.kind,
+            "state": s.state,
+            "attempts": s.attempts,
+            "started_at": s.started_at,
+            "finished_at": s.finished_at,
+            "duration": _duration(s),
+            "wake_at": s.wake_at,
+            "result": preview(s.result),
+            "result_full": json.dumps(s.result, indent=2, ensure_ascii=False) if s.result is not None else "",
+            "error": " ".join(filter(None, [(s.error or {}).get("code"), (s.error or {}).get("message")])),
+            "copied": s.copied,
+        }
+        for s in steps
+    ]
+    return {
+        "steps": rows,
+        "signals": [
+            {
+                "name": g.name,
+                "sent_at": g.sent_at,
+                "taken_at": g.taken_at,
+                "taken_by": g.taken_by_position,
+                "payload": preview(g.payload),
+            }
+            for g in workflows.signals(op.id)
+        ],
+        "waiting": op.state == "pending" and bool(op.wait_kind),
+        "wait_kind": op.wait_kind,
+        "wait_name": op.wait_name,
+        "wake_at": op.wake_at,
+        "forked_from": op.forked_from_id,
+        "forked_from_url": reverse("admin:operations_operation_change", args=[op.forked_from_id])
+        if op.forked_from_id
+        else None,
+        "fork_url": reverse("admin:operations_operation_fork", args=[op.pk]) if can_fork else None,
+    }
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    """Workflows only, or the ones waiting now (through operations_waiting_idx)."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request, model_admin):
+        return [("all", "workflows"), ("waiting", "waiting")]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value == "all":
+            return queryset.filter(workflow=True)
+        if value == "waiting":
+            return queryset.filter(state="pending").exclude(wait_kind="")
+        return queryset
+
+
+def fork_view(model_admin, request, object_id):
+    """GET: confirm forking ``object_id`` from a step; POST: fork it and open the new run."""
+    if not model_admin.has_fork_permission(request):
+        raise PermissionDenied
+    op = model_admin.get_object(request, object_id)
+    if op is None or not op.workflow:
+        return model_admin._get_obj_does_not_exist_redirect(request, Operation._meta, object_id)
+    try:
+        from_step = int(request.POST.get("from_step", request.GET.get("from_step", "")))
+    except ValueError:
+        model_admin.message_user(request, "Choose the step to fork from.", messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:operations_operation_change", args=[op.pk]))
+    if request.method == "GET":
+        context = {
+            **model_admin.admin_site.each_context(request),
+            "title": f"Fork {op.id} from step {from_step}",
+            "op": op,
+            "from_step": from_step,
+            "opts": Operation._meta,
+            "copied": [s for s in workflows.steps(op.id) if s.position < from_step],
+        }
+        return TemplateResponse(request, "admin/operations/operation/fork_confirm.html", context)
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["GET", "POST"])
+    try:
+        new = workflows.fork(op.id, from_step=from_step)
+    except OperationsError as exc:
+        model_admin.message_user(request, str(exc), messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:operations_operation_change", args=[op.pk]))
+    model_admin.message_user(request, f"Forked {op.id} from step {from_step}: {new.id}.", messages.SUCCESS)
+    return HttpResponseRedirect(reverse("admin:operations_operation_change", args=[new.pk]))
