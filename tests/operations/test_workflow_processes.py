@@ -100,3 +100,15 @@ def test_waiting_workflows_hold_nothing_and_a_one_slot_worker_runs_other_work(st
         operations.signal(op_id, "go", op_id)
     for op_id in ids[:10]:
         assert wait_for_state(op_id, "succeeded", timeout=60).result.detail == {"got": op_id}
+
+
+def test_an_async_workflow_runs_on_the_event_loop_of_a_real_worker(start_worker):
+    names: dict = {}
+    spawn_ops_worker(start_worker, names, "async")
+    op = operations.start("test.wf.async", {"sleep": 1.0, "timeout": 3600})
+    wait_until(lambda: op_row(op.id).wait_kind == "signal", timeout=60, message="the async workflow to wait")
+    operations.signal(op.id, "go", "from afar")
+    done = wait_for_state(op.id, "succeeded", "failed", timeout=60)
+    assert done.state == "succeeded", done.error
+    assert done.result.detail == {"first": "early", "got": "from afar", "last": "late"}
+    assert counted("early", op.id) == 1 and counted("late", op.id) == 1
