@@ -65,6 +65,9 @@ class Definition:
     finished: Callable | None = None
     #: Whether this kind is a workflow (``operations.workflow``): its runs record their steps.
     workflow: bool = False
+    #: What runworker enforces on each run (``soft_timeout``, ``timeout``, ``max_memory_mb``:
+    #: see ``workqueue.handlers``), or None.
+    limits: object = None
     #: Whether ``run`` is an ``async def`` (awaited on runworker's event loop); worked out once.
     is_async: bool = dataclasses.field(init=False, default=False)
 
@@ -166,8 +169,25 @@ class Registry:
         retry_delay: float | Callable | None = None,
         finished: Callable | None = None,
         workflow: bool = False,
+        soft_timeout: float | None = None,
+        timeout: float | None = None,
+        max_memory_mb: float | None = None,
     ):
-        """Register ``run`` under ``kind``; without ``run``, return a decorator."""
+        """Register ``run`` under ``kind``; without ``run``, return a decorator.
+
+        ``soft_timeout`` / ``timeout`` / ``max_memory_mb``: limits runworker enforces on each
+        run, as for a queue's handler (``workqueue.handlers``): past ``soft_timeout`` the run is
+        told to stop (``reporter.stop_reason == "timeout"``), past ``timeout`` it is ended and
+        the attempt fails with code ``timeout`` (retried while attempts remain)."""
+        from workqueue.exceptions import HandlerError
+        from workqueue.handlers import Limits
+
+        try:
+            limits = Limits.checked(
+                soft_timeout=soft_timeout, timeout=timeout, max_memory_mb=max_memory_mb, what=f"kind {kind!r}"
+            )
+        except HandlerError as exc:
+            raise InvalidDefinition(str(exc)) from None
 
         def add(fn: Callable) -> Callable:
             self.add(
@@ -180,6 +200,7 @@ class Registry:
                     retry_delay=retry_delay,
                     finished=finished,
                     workflow=workflow,
+                    limits=limits,
                 )
             )
             return fn

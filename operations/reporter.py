@@ -242,8 +242,14 @@ class Reporter:
         self._stops.stop(reason)
 
     def stopped_by_worker(self) -> bool:
-        """Cancelled by the process hosting the run (shutdown), not by a request or a lost hold."""
-        return self.cancelled.peek() and self.held and not self.cancel_requested
+        """Cancelled by the process hosting the run (shutdown), not by a request, a lost hold or
+        its soft timeout (a run that returns after that has done its work; one that raises failed)."""
+        return (
+            self.cancelled.peek()
+            and self.held
+            and not self.cancel_requested
+            and self.stop_reason is not StopReason.TIMEOUT
+        )
 
     def _boundary(self) -> None:
         # A unit boundary is flushed at once on the run's own connection, unless the run is

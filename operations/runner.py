@@ -212,6 +212,7 @@ def handle(item, ctx):
         stops=ctx,  # one stop event and reason: the worker's shutdown reaches the run at once
     )
     reporter.operation = op
+    _limit(ctx, definition)
     if op.cancel_requested:
         reporter.cancel_requested = True
         reporter.signal_stop(StopReason.CANCEL_REQUESTED)
@@ -246,6 +247,13 @@ def handle(item, ctx):
     except BaseException as exc:  # SystemExit, KeyboardInterrupt...: the attempt failed, like any error
         failure = exc
     _ended(definition, reporter, op, attempt, common, ctx, result, failure)
+
+
+def _limit(ctx, definition) -> None:
+    """The kind's limits, for the worker to enforce on this run (counted from its start)."""
+    limits = definition.limits if definition is not None else None
+    if limits is not None:
+        ctx.time_limits(soft_timeout=limits.soft_timeout, timeout=limits.timeout, max_memory_mb=limits.max_memory_mb)
 
 
 async def _run_async(definition, request, reporter, op, attempt, common, ctx) -> None:

@@ -180,13 +180,19 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
                 if op.parent_id:
                     batches.fan_in([op.id], using=using)
             if op.workflow:
-                from operations import workflows
-
-                for child in workflows.child_ids(op.id, using=using):  # what it started goes with it
+                for child in child_ids(op.id, using=using):  # what it started goes with it
                     cancel(child, using=using)
             return op
     # Outside the block, so a missing id does not mark the caller's transaction for rollback.
     return get(op_id, owner=owner, using=using)
+
+
+def child_ids(op_id: str, *, using: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """The operations workflow ``op_id`` started with ``wf.start`` (cancelled with it)."""
+    from operations.models import OperationStep
+
+    rows = OperationStep.objects.using(using).filter(op_id=op_id, kind="child").values_list("result", flat=True)
+    return [result["id"] for result in rows if result]
 
 
 class _DryRun(Exception):

@@ -23,6 +23,8 @@ _SETTLE = {
     MoveReason.HARD_TIMEOUT: ("failed", "hard_timeout", "the attempt ran past its queue's hard_timeout"),
     MoveReason.CANCELLED: ("cancelled", "", ""),
     MoveReason.FORCE_STOPPED: ("cancelled", "cancelled", "force-stopped by an operator"),
+    MoveReason.TIMED_OUT: ("failed", "timeout", "the run passed its timeout and was ended by its worker"),
+    MoveReason.RUNNER_DIED: ("failed", "attempts_exhausted", "internal: the worker process running it died"),
 }
 
 
@@ -37,7 +39,8 @@ def on_items_moved(items, reason: MoveReason, *, using: str = DEFAULT_DB_ALIAS) 
         state, code, message = _SETTLE[reason]
         ended = store.settle_from_queue(ids, state=state, error_code=code, error_message=message, using=using)
         batches.fan_in(ended, using=using)
-    elif reason == MoveReason.REQUEUED:
+    elif reason in (MoveReason.REQUEUED, MoveReason.TIMED_OUT_RETRYING, MoveReason.RUNNER_DIED_RETRYING):
+        # The item goes round again: the next begin takes the operation at once (a new attempt).
         store.expire_lease(ids, using=using)
     elif reason == MoveReason.RELEASED:
         store.release_held(ids, [item.lease_token for item in ours], using=using)

@@ -54,7 +54,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from operations import store
+from operations import service, store
 from operations.exceptions import InvalidDefinition, InvalidRequest
 from operations.ids import check_id, new_id
 from operations.registry import MAX_REQUEST_BYTES, registry
@@ -270,8 +270,6 @@ class Workflow:
         return False  # this position holds what an older run did here: it keeps the old path
 
     def _start(self, kind: str, request, options: dict):
-        from operations import service
-
         position, row = self._claim("child", kind)
         if row is not None and row["state"] == "succeeded":
             return service.get(row["result"]["id"], using=self.using)
@@ -507,8 +505,6 @@ def signal(op_id: str, name: str, payload=None, *, using: str = DEFAULT_DB_ALIAS
 
     Durable and transactional: it joins the caller's transaction. A workflow waiting for
     ``name`` is woken at commit; one not there yet takes it when it reaches its ``wait``."""
-    from operations import service
-
     name = _name(name, "signal")
     try:
         _encode(payload, "the signal payload")
@@ -543,8 +539,6 @@ def signals(op_id: str, *, using: str = DEFAULT_DB_ALIAS):
 def fork(op_id: str, *, from_step: int, id: str | None = None, using: str = DEFAULT_DB_ALIAS):
     """Start a new run of workflow ``op_id`` with its steps before ``from_step`` copied (they
     return their recorded results) and the rest run anew; return the new Operation."""
-    from operations import service
-
     source = service.get(op_id, using=using)
     if not source.workflow:
         raise InvalidRequest(f"operation {op_id!r} is a {source.kind}, not a workflow: only workflows fork")
@@ -562,9 +556,7 @@ def fork(op_id: str, *, from_step: int, id: str | None = None, using: str = DEFA
     return new
 
 
-def child_ids(op_id: str, *, using: str = DEFAULT_DB_ALIAS) -> list[str]:
-    """The operations workflow ``op_id`` started with ``wf.start`` (cancelled with it)."""
-    return [s.result["id"] for s in steps(op_id, using=using) if s.kind == "child" and s.result]
+child_ids = service.child_ids
 
 
 __all__ = [

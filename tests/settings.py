@@ -28,6 +28,13 @@ WORKQUEUE = {
     "QUEUES": {
         **WORKQUEUE["QUEUES"],
         "test.noop": {},
+        # the process pool and worker-enforced limits (tests/workqueue/test_process_pool.py)
+        "test.cpu": {},
+        "test.cpu.threads": {},
+        "test.proc.suicide": {"max_attempts": 2, "retry_delay": 0, "retry_backoff": 1},
+        "test.proc.limits": {"max_attempts": 2, "retry_delay": 0, "retry_backoff": 1, "lease": 3},
+        "test.thread.limits": {"max_attempts": 2, "retry_delay": 0, "retry_backoff": 1, "lease": 3},
+        "test.proc.memory": {},
         "test.record": {"lease": 5},
         "test.batched": {"lease": 5},
         "test.fail": {"max_attempts": 3, "retry_delay": 0, "retry_backoff": 1},

@@ -71,6 +71,9 @@ class QueueSettings:
     stall: float | None = None
     #: Seconds a stopped item is kept before ``reap`` deletes it.
     retention: float = 7 * DAY
+    #: "processes": runworker runs this queue's sync handler in its process pool (CPU-bound
+    #: work); "threads" (None): on its threads. The handler's own ``pool=`` wins.
+    pool: str | None = None
 
     def retry_delay_for(self, attempts: int) -> float:
         """Backoff before the retry that follows attempt number ``attempts``."""
@@ -298,11 +301,20 @@ def _queue(name: str, raw: object, base: QueueSettings, where: str) -> QueueSett
             values[key] = count(value, what=what, minimum=-(2**31))
         elif key == "retry_backoff":
             values[key] = factor(value, what=what)
-        elif key == "over_wire":
-            if not isinstance(value, bool):
-                raise WorkqueueSettingsError(f"{what} must be True or False, not {value!r}.")
-            values[key] = value
+        elif key in ("pool", "over_wire"):
+            values[key] = _choice(key, value, what)
     return replace(base, name=name, **values)
+
+
+def _choice(key: str, value: object, what: str) -> object:
+    """A queue's ``over_wire`` (a bool) or ``pool`` ("threads", "processes"; "threads" is None)."""
+    if key == "over_wire":
+        if not isinstance(value, bool):
+            raise WorkqueueSettingsError(f"{what} must be True or False, not {value!r}.")
+        return value
+    if value not in (None, "threads", "processes"):
+        raise WorkqueueSettingsError(f"{what} must be 'threads' or 'processes', not {value!r}.")
+    return None if value == "threads" else value
 
 
 class WorkqueueSettings:

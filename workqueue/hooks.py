@@ -14,7 +14,10 @@
     ``HARD_TIMEOUT``, ``CANCELLED`` (``cancel_key``), ``FORCE_STOPPED`` (an operator);
   - back to queued, still unsettled: ``REQUEUED`` (an operator's requeue; the holder loses
     its lease) and ``RELEASED`` (a worker gave held items back, e.g. at shutdown or after
-    losing its connection; the items still carry the lease proof they were held under).
+    losing its connection; the items still carry the lease proof they were held under);
+  - a run past its handler's ``timeout``, ended by its worker: ``TIMED_OUT`` (failed, its
+    attempts spent) or ``TIMED_OUT_RETRYING`` (back to queued for another attempt); the
+    process-pool child running it died: ``RUNNER_DIED`` / ``RUNNER_DIED_RETRYING`` likewise.
 - ``register_sweep(kind, name, fn)``: ``fn(using=..., dry_run=False) -> dict[str, int]`` is run by
   ``manage.py recover`` (``kind="recover"``) or ``manage.py reap`` (``kind="reap"``) under
   the same advisory lock, and its counts are merged into the summary line as
@@ -41,6 +44,10 @@ class MoveReason(enum.StrEnum):
     FORCE_STOPPED = "force_stopped"
     REQUEUED = "requeued"
     RELEASED = "released"
+    TIMED_OUT = "timed_out"
+    TIMED_OUT_RETRYING = "timed_out_retrying"
+    RUNNER_DIED = "runner_died"
+    RUNNER_DIED_RETRYING = "runner_died_retrying"
 
 
 ItemsMovedHook = Callable[[list, MoveReason], None]

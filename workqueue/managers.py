@@ -529,6 +529,21 @@ class WorkItemManager(models.Manager):
             raise LeaseLost()
         return verdict
 
+    def give_up(self, item: Item, error: str, *, died: bool = False) -> str:
+        """A worker ended a run itself: past its handler's timeout, or (``died``) the process
+        running it died. Fail the attempt (retried or failed as the attempts say) and tell the
+        hooks, in one transaction. Returns ``"retried"`` or ``"failed"``; raises LeaseLost if
+        the proof is stale."""
+        M = hooks.MoveReason
+        with transaction.atomic(using=self.db, savepoint=False):
+            verdict = self.fail(item, error)
+            if died:
+                reason = M.RUNNER_DIED_RETRYING if verdict == "retried" else M.RUNNER_DIED
+            else:
+                reason = M.TIMED_OUT_RETRYING if verdict == "retried" else M.TIMED_OUT
+            hooks.items_moved([item], reason)
+        return verdict
+
     def requeue(self, item: Item) -> None:
         """Hand a held item back to queued (ready now) under its live slot: follow-on work."""
         if not store.item_requeue(id=item.id, token=item.lease_token, using=self.db):

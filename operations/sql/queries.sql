@@ -152,7 +152,7 @@ SELECT f.revision, f.cancel_requested, {notify:f.id}, {relaxed} FROM f;
 SELECT CASE
     WHEN o.attempts <> %(attempt)s THEN 'lease_lost'
     WHEN o.state = 'cancelled' OR o.cancel_requested THEN 'cancel_requested'
-    WHEN o.state = 'failed' AND o.error_code = 'hard_timeout' THEN 'timeout'
+    WHEN o.state = 'failed' AND o.error_code IN ('hard_timeout', 'timeout') THEN 'timeout'
     ELSE 'lease_lost'
 END
 FROM {table} AS o

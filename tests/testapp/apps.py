@@ -10,5 +10,6 @@ class TestAppConfig(AppConfig):
         from tests.testapp import (
             handlers,  # noqa: F401
             kinds,  # noqa: F401  (operation kinds for tests/operations)
+            pool_handlers,  # noqa: F401  (the process pool and time limits)
             workflows,  # noqa: F401  (workflow kinds for tests/operations/test_workflows*)
         )

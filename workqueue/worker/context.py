@@ -34,7 +34,7 @@ class Context:
       inside a function it runs with ``sync_to_async`` (its transaction and all).
     """
 
-    __slots__ = ("_cancelled", "_hold", "_reason", "_settling", "item", "settled", "using", "worker_id")
+    __slots__ = ("_cancelled", "_hold", "_limits", "_reason", "_settling", "item", "settled", "using", "worker_id")
 
     def __init__(self, item: Item, hold: Hold | None, worker_id: str, using: str):
         self.item = item
@@ -45,6 +45,7 @@ class Context:
         self.settled = False
         self.worker_id = worker_id
         self.using = using
+        self._limits = None  # set by the worker: where time_limits() goes
 
     @property
     def hold(self) -> Hold | None:
@@ -95,6 +96,18 @@ class Context:
     def progress(self) -> None:
         if self._hold is not None:
             self._hold.progress()
+
+    def time_limits(
+        self, *, soft_timeout: float | None = None, timeout: float | None = None, max_memory_mb: float | None = None
+    ) -> None:
+        """Set this run's limits, counted from its start (``handlers.register`` sets a queue's;
+        an operation kind's are set this way once its kind is known). Outside ``runworker``
+        (``testing.drain``) nothing enforces them."""
+        if callable(self._limits):  # a process-pool child: the parent enforces them
+            self._limits(soft_timeout=soft_timeout, timeout=timeout, max_memory_mb=max_memory_mb)
+        elif self._limits is not None:
+            runs, on_abandon = self._limits
+            runs.limit(self._hold, self, on_abandon, soft_timeout=soft_timeout, timeout=timeout)
 
     def _mark_settled(self) -> None:
         conn = transaction.get_connection(self.using)

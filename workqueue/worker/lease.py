@@ -134,6 +134,12 @@ class Hold:
         self.cancelled.set()
 
     @property
+    def hurried(self) -> bool:
+        """Told to stop by its soft timeout alone, the item still held: a run that returns now
+        has done its work (it completes), unlike one stopped for any other reason."""
+        return self.reason is StopReason.TIMEOUT and self.state is HoldState.HELD
+
+    @property
     def settling(self) -> bool:
         """Whether the holder has given up the proof (see ``HoldState.proof_given_up``)."""
         return self.state.proof_given_up

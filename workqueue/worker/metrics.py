@@ -229,6 +229,21 @@ STALLS = Count(
     unit="{stall}",
 )
 
+TIMEOUTS = Count(
+    "workqueue_worker_timeouts",
+    "Runs this worker ended past their handler's timeout (their items given up), per queue.",
+    QUEUE,
+    otel="workqueue.timeouts",
+    unit="{run}",
+)
+CHILDREN_REPLACED = Count(
+    "workqueue_worker_children_replaced",
+    "Process-pool children replaced, by why (died, timeout, memory, max_tasks).",
+    {"reason": "workqueue.reason"},
+    otel="workqueue.children_replaced",
+    unit="{process}",
+)
+
 
 #: Whether runs are tallied (per item: the one instrument with a cost per run). Off until
 #: ``serve()`` listens, so a worker without ``--metrics-port`` pays nothing per run.
@@ -270,6 +285,14 @@ def found_lost(queue: str, hold=None) -> None:
 
 def stalled(queue: str) -> None:
     STALLS.add(queue)
+
+
+def timed_out(queue: str) -> None:
+    TIMEOUTS.add(queue)
+
+
+def child_replaced(reason: str) -> None:
+    CHILDREN_REPLACED.add(reason)
 
 
 class MetricsServerError(Exception):

@@ -50,10 +50,16 @@ class WorkerOptions:
     using: str = DEFAULT_DB_ALIAS
     install_signals: bool = True
     maintenance: float | None = None  # seconds between recover+reap runs (None = off)
+    pool: str | None = None  # "processes": every sync queue in the process pool
+    processes: int | None = None  # the process pool's children (default: the CPU count)
+    max_tasks_per_child: int | None = None
+    max_memory_mb: float | None = None
 
 
 class Worker:
     """A claim loop over some queues; ``run()`` blocks until it is told to stop."""
+
+    process_pool = None  # the ProcessRunnerPool, when some queue runs in child processes
 
     def __init__(self, options: WorkerOptions):
         conf = wq_settings()
@@ -68,9 +74,14 @@ class Worker:
         # as the worker finds them (workqueue.worker.families says how, and why not a prefix claim).
         self.families = Families(prefixes, using=self.using, every=self.poll)
         self.grace = options.grace if options.grace is not None else conf.shutdown_grace
+        # Sync queues whose handlers run in the process pool (workqueue.worker.pools.processes).
+        self.process_queues = self._process_queues(options.pool)
+        self.processes = (options.processes or os.cpu_count() or 1) if self.process_queues else 0
+        sync = [q for q in self.queues if not registry.get(q).is_async]
+        self.runners = self.processes if set(sync) <= set(self.process_queues) else self.concurrency + self.processes
         # Keep up to one batch claimed ahead of the runners, and claim again once half of
         # it has started, so runners never sit idle while a claim is on the wire.
-        self.max_inflight = max(self.batch, self.concurrency) + max(1, self.batch // 2)
+        self.max_inflight = max(self.batch, self.runners) + max(1, self.batch // 2)
         self.refill_at = self.max_inflight - max(1, self.batch // 2)
         # async def handlers run on an event loop (workqueue.worker.pools.eventloop), their
         # queues claimed for separately.
@@ -99,7 +110,7 @@ class Worker:
             worker_id=self.worker_id,
             using=self.using,
         )
-        self.pool: RunnerPool = ThreadRunnerPool(runs, self.concurrency)
+        self.pool: RunnerPool = self._sync_pool(runs)
         self._runs = runs
         self._loop_pool: AsyncRunnerPool | None = None
         self._loop_lock = threading.Lock()
@@ -123,6 +134,34 @@ class Worker:
         )
         self._queue_set = set(self.queues)
         self._listen_token: int | None = None
+
+    def _process_queues(self, pool: str | None) -> list[str]:
+        """The sync queues this worker runs in its process pool: all of them with ``--pool
+        processes``, else those whose handler or queue setting asks for it."""
+        conf = wq_settings()
+        chosen = []
+        for queue in self.queues:
+            handler = registry.get(queue)
+            if handler is None or handler.is_async:
+                continue
+            if pool == "processes" or handler.pool == "processes" or (pool is None and conf.queue(queue).pool):
+                chosen.append(queue)
+        return chosen
+
+    def _sync_pool(self, runs: Runs) -> RunnerPool:
+        if not self.process_queues:
+            return ThreadRunnerPool(runs, self.concurrency)
+        from workqueue.worker.pools.processes import ProcessRunnerPool, RoutingPool
+
+        self.process_pool = ProcessRunnerPool(
+            runs,
+            self.processes,
+            max_tasks_per_child=self.options.max_tasks_per_child,
+            max_memory_mb=self.options.max_memory_mb,
+        )
+        if self.runners == self.processes:
+            return self.process_pool
+        return RoutingPool(ThreadRunnerPool(runs, self.concurrency), self.process_pool, set(self.process_queues))
 
     # What it has done so far (read by runworker's summary, tests, the heartbeat).
     @property
@@ -193,10 +232,11 @@ class Worker:
             self.loop_pool()
         self.settler.start()
         log.info(
-            "worker %s serving %s (concurrency %d%s, batch %d, poll %.1fs)",
+            "worker %s serving %s (concurrency %d%s%s, batch %d, poll %.1fs)",
             self.worker_id,
             ", ".join([*self.queues, *(f"{prefix}*" for prefix in self.families.prefixes)]),
             self.concurrency,
+            f", {self.processes} processes for {', '.join(self.process_queues)}" if self.process_queues else "",
             f", async concurrency {self.async_concurrency}" if self.loop_queues else "",
             self.batch,
             self.poll,
@@ -215,6 +255,7 @@ class Worker:
         pools = [self.pool] if self._loop_pool is None else [self.pool, self._loop_pool]
         self.shutdown.drain(pools=pools, settler=self.settler, ledger=self.ledger, keeper=self.keeper)
         self.keeper.close()
+        self._runs.watchdog.stop(1.0)
         try:
             self.claim_loop.beat("stopped", force=True)
         except Exception:

@@ -62,7 +62,7 @@ class Settler:
         if exc is None and not ctx.settled:
             # The usual ending, first and short: the handler returned without settling.
             ctx.end_run()
-            if not hold.is_cancelled():
+            if not hold.is_cancelled() or hold.hurried:
                 self._queue_completion(hold)  # Ledger.returned: no longer running, too
                 return "succeeded"
             self.ledger.stopped(hold)
@@ -93,7 +93,7 @@ class Settler:
             ctx.end_run()
         if outcome.action is not Action.COMPLETE or ctx.settled:
             self.ledger.finished(hold, ok=outcome.action is Action.COMPLETE)
-        elif hold.is_cancelled():  # told to stop, for any reason (ctx.is_cancelled(): a cancel only)
+        elif hold.is_cancelled() and not hold.hurried:  # told to stop (ctx.is_cancelled(): a cancel only)
             verdict = self._returned_cancelled(hold)
         else:
             self._queue_completion(hold)

@@ -68,6 +68,24 @@ class Command(BaseCommand):
             type=COUNT,
             help="async def handlers run at once on the event loop (WORKQUEUE ASYNC_CONCURRENCY, default 100).",
         )
+        parser.add_argument(
+            "--pool",
+            choices=["threads", "processes"],
+            help="Run sync handlers on threads (default) or in child processes (CPU-bound work); "
+            "a queue's 'pool' setting or its handler's pool= picks per queue.",
+        )
+        parser.add_argument(
+            "--processes", type=COUNT, help="Child processes of the process pool (default: the CPU count)."
+        )
+        parser.add_argument(
+            "--max-tasks-per-child", type=COUNT, metavar="N", help="Replace a child process after N runs."
+        )
+        parser.add_argument(
+            "--max-memory-mb",
+            type=COUNT,
+            metavar="MB",
+            help="Replace a child process whose memory grew past MB, after its run (a handler's own wins).",
+        )
         parser.add_argument("--batch", type=COUNT, help="Items one claim takes (WORKQUEUE BATCH).")
         parser.add_argument("--poll", type=SECONDS, help="Backstop seconds between claims when idle.")
         parser.add_argument("--max-items", type=COUNT, help="Exit 0 after this many items.")
@@ -123,6 +141,10 @@ class Command(BaseCommand):
                             worker_id=opts["worker_id"],
                             grace=opts["grace"],
                             maintenance=opts["maintenance"],
+                            pool=opts["pool"],
+                            processes=opts["processes"],
+                            max_tasks_per_child=opts["max_tasks_per_child"],
+                            max_memory_mb=opts["max_memory_mb"],
                         )
                     )
                 finally:

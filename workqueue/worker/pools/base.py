@@ -32,6 +32,7 @@ from workqueue.handlers import Handler
 from workqueue.worker import metrics
 from workqueue.worker.context import Context
 from workqueue.worker.lease import Hold, LeaseKeeper
+from workqueue.worker.limits import Watchdog
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -76,14 +77,23 @@ class Runs:
         self.using = using
         #: Returns the worker's event-loop pool (started on first use); set by the Worker.
         self.loop: Callable[[], Any] | None = None
+        #: Enforces the runs' time limits (workqueue.worker.limits).
+        self.watchdog = Watchdog(using=using)
         self._started: dict[Hold, float] = {}  # each running hold's perf_counter() at its start (metrics)
 
-    def begin(self, hold: Hold, connection: BaseDatabaseWrapper | None = None) -> tuple[Handler, Context] | None:
+    def begin(
+        self,
+        hold: Hold,
+        connection: BaseDatabaseWrapper | None = None,
+        *,
+        on_abandon: Callable[[], None] | None = None,
+    ) -> tuple[Handler, Context] | None:
         """Get ``hold``'s item ready to run; None if it must not run (already accounted for).
 
         ``connection``: this runner's database wrapper, when the pool knows it (a runner thread
         keeps the same one for its life), which spares a lookup through Django's per-thread
-        connection handler for every item.
+        connection handler for every item. ``on_abandon``: what the pool does when the run
+        passes its timeout and is given up (a thread pool replaces the thread still in it).
         """
         item = hold.item
         _drop_if_broken(connection if connection is not None else connections[self.using])
@@ -103,13 +113,59 @@ class Runs:
         hold.progress()  # starts the stall clock: the budget counts from the start, not the claim
         if metrics.record_runs:
             self._started[hold] = time.perf_counter()
+        ctx._limits = (self, on_abandon)  # where ctx.time_limits() goes
+        if handler.limits is not None:
+            self.limit(hold, ctx, on_abandon, soft_timeout=handler.limits.soft_timeout, timeout=handler.limits.timeout)
         if handler.renews_lease:
             # The handler keeps its own lease from here on (operations' progress flushes).
             self.keeper.drop(hold)
         return handler, ctx
 
+    def limit(self, hold: Hold, ctx: Context, on_abandon, *, soft_timeout=None, timeout=None, **_ignored) -> None:
+        """Watch ``hold``'s run against these limits (``ctx.time_limits`` comes here)."""
+        self.watchdog.watch(
+            hold,
+            ctx,
+            soft_timeout=soft_timeout,
+            timeout=timeout,
+            on_timeout=lambda hold, exc: self.give_up(hold, exc, on_abandon=on_abandon),
+        )
+
+    def give_up(self, hold: Hold, exc: BaseException, *, died: bool = False, on_abandon=None) -> None:
+        """A run passed its timeout (the watchdog's thread), or the process running it died:
+        give its item up, as the attempts say, and account for it now; the run's own end,
+        whenever it comes, is ignored."""
+        from workqueue.exceptions import LeaseLost
+        from workqueue.models import WorkItem
+
+        item = hold.item
+        log.warning("%r: %s", item, exc)
+        self.keeper.drop(hold)
+        if died and self.watchdog.active:
+            self.watchdog.unwatch(hold)
+        try:
+            verdict = WorkItem.objects.db_manager(self.using).give_up(item, str(exc), died=died)
+        except LeaseLost:
+            verdict = "lost"
+        except Exception:
+            log.exception("%r: could not give up the timed-out run; its lease will lapse", item)
+            verdict = "lost"
+            drop_if_broken(self.using)
+        if not died:
+            metrics.timed_out(item.queue)
+        self._started.pop(hold, None)
+        self.ledger.stopped(hold)
+        self.ledger.finished(hold, ok=False)
+        log.info("%r: given up (%s)", item, verdict)
+        if on_abandon is not None:
+            on_abandon()
+
     def end(self, hold: Hold, ctx: Context, exc: BaseException | None) -> str:
         """Record how the run ended; return the outcome its span records."""
+        if self.watchdog.active and not self.watchdog.unwatch(hold):
+            # Its timeout ended it already (the item is given up): this late end settles nothing.
+            log.warning("%r: its run ended after its timeout had given it up; not settled", hold.item)
+            return "timeout"
         if isinstance(exc, asyncio.CancelledError) and hold.is_cancelled():
             # A coroutine cancelled because its hold was (lease lost, stall, stop, shutdown)
             # stopped, like a sync handler that returns after it was cancelled.
@@ -128,6 +184,8 @@ class Runs:
     def crashed(self, hold: Hold) -> None:
         """A runner's own error around ``hold``: never leave the item counted in flight."""
         log.exception("%r: runner error; its lease will lapse and it will be retried", hold.item)
+        if self.watchdog.active:
+            self.watchdog.unwatch(hold)
         self._started.pop(hold, None)
         self.ledger.finished(hold, ok=False)
 

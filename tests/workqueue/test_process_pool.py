@@ -1,0 +1,111 @@
+"""The process pool (``runworker --pool processes``, or a handler's ``pool="processes"``) and the
+limits the worker enforces itself (``soft_timeout``, ``timeout``, ``max_memory_mb``), proven with
+real ``runworker`` processes: CPU-bound work in two children, a child SIGKILLed mid-run, runs
+past their timeout on a child and on a thread, a soft timeout heeded, a child over its memory
+limit replaced, and operations and workflows run in children."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import operations
+from tests.conftest import wait_until
+from tests.operations.conftest import wait_for_state
+from tests.testapp.models import Sample
+from tests.workqueue.conftest import row
+from workqueue.models import WorkItem
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def sample(what: str, key: str) -> list[int]:
+    return list(Sample.objects.filter(name=f"{what}:{key}").order_by("id").values_list("value", flat=True))
+
+
+def settled(key: str, timeout: float = 60.0) -> WorkItem:
+    return wait_until(
+        lambda: (item := row(key)).state == "stopped" and item, timeout=timeout, message=f"{key} to be settled"
+    )
+
+
+def test_a_cpu_bound_queue_runs_in_two_child_processes_at_once(make_worker_ready):
+    keys = [f"cpu-{n}" for n in range(8)]
+    for key in keys:
+        WorkItem.objects.enqueue("test.cpu", key, metadata={"n": "3000000"})
+    proc = make_worker_ready("cpu-pool", "--queue", "test.cpu", "--processes", "2")
+    done = [settled(key, timeout=120) for key in keys]
+    assert all(item.outcome == "succeeded" for item in done)
+    pids = {sample("pid", key)[0] for key in keys}
+    assert len(pids) == 2, f"two children ran the work: {pids}"
+    assert proc.pid not in pids, "the work ran in children, not in the worker"
+    runs = sorted((item.started_at, item.stopped_at) for item in done)
+    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(runs)), "two runs overlapped"
+
+
+def test_a_child_sigkilled_mid_run_costs_only_that_attempt_and_is_replaced(make_worker_ready):
+    for key in ("boom-1", "boom-2", "boom-3"):
+        WorkItem.objects.enqueue("test.proc.suicide", key)
+    make_worker_ready("suicide-pool", "--queue", "test.proc.suicide", "--processes", "2")
+    for key in ("boom-1", "boom-2", "boom-3"):
+        item = settled(key)
+        assert (item.outcome, item.attempts) == ("succeeded", 2), item.last_error
+        assert sample("started", key) == [1, 2]
+    # what the first attempt recorded when its process died
+    WorkItem.objects.enqueue("test.proc.suicide", "boom-last", max_attempts=1)
+    item = settled("boom-last")
+    assert item.outcome == "failed" and "worker process died" in item.last_error
+
+
+@pytest.mark.parametrize("queue", ["test.proc.limits", "test.thread.limits"])
+def test_a_run_past_its_timeout_is_ended_within_a_second_and_follows_its_attempts(make_worker_ready, queue):
+    key = f"{queue}-hang"
+    WorkItem.objects.enqueue(queue, key)
+    args = ["--queue", queue, "--queue", "test.noop", "--concurrency", "1", "--processes", "1"]
+    make_worker_ready(f"{queue}-worker", *args)
+    item = settled(key)
+    assert item.outcome == "failed" and item.attempts == 2, "the timeout failed each attempt; both were spent"
+    assert "passed its timeout of 2s" in item.last_error
+    assert sample("soft", key) == [1, 1], "the soft timeout reached the run first, each attempt"
+    assert sample("done", key) == [], "the run never got to its end: the timeout ended it"
+    # the time from the timeout to the run being stopped, per attempt: start + 2 s + a tick
+    started_at = list(Sample.objects.filter(name=f"started:{key}").order_by("id").values_list("at", flat=True))
+    assert len(started_at) == 2
+    gap = (started_at[1] - started_at[0]).total_seconds()
+    assert gap < 2 + 5, f"the second attempt began {gap:.1f}s after the first (the timeout is 2 s)"
+    # the worker still has its capacity: another item runs (a new thread / a new child)
+    WorkItem.objects.enqueue("test.noop", f"{queue}-after")
+    assert settled(f"{queue}-after").outcome == "succeeded"
+
+
+def test_a_run_that_heeds_its_soft_timeout_ends_normally(make_worker_ready):
+    WorkItem.objects.enqueue("test.proc.limits", "obedient", metadata={"obey": "yes"})
+    make_worker_ready("soft-pool", "--queue", "test.proc.limits", "--processes", "1")
+    item = settled("obedient")
+    assert sample("soft", "obedient") == [1] and sample("done", "obedient") == [1]
+    assert item.attempts == 1
+
+
+def test_a_child_over_its_memory_limit_is_replaced_after_its_run(make_worker_ready):
+    proc = make_worker_ready("memory-pool", "--queue", "test.proc.memory", "--processes", "1")
+    for n, mb in enumerate([0, 0, 200, 0]):
+        WorkItem.objects.enqueue("test.proc.memory", f"mem-{n}", metadata={"mb": str(mb)})
+        assert settled(f"mem-{n}").outcome == "succeeded"
+    pids = [sample("pid", f"mem-{n}")[0] for n in range(4)]
+    assert pids[0] == pids[1] == pids[2], "one child ran the first three (the third grew past 150 MB)"
+    assert pids[3] != pids[2], "the child over its limit was replaced after its run"
+    assert proc.alive()
+
+
+def test_operations_and_workflows_run_in_children_as_on_threads(make_worker_ready):
+    op = operations.start("test.ops.tiers", {"units": 3, "per_unit": 10, "pause": 0.1})
+    flow = operations.start("test.wf.four", {})
+    proc = make_worker_ready("ops-pool", "--queue", "operations", "--pool", "processes", "--processes", "2")
+    done = wait_for_state(op.id, "succeeded", "failed", timeout=90)
+    assert done.state == "succeeded", done.error
+    assert (done.units_done, done.units_total, done.count) == (3, 3, 30)
+    assert done.result.detail == {"units": 3}
+    assert done.worker_id == "ops-pool"
+    assert wait_for_state(flow.id, "succeeded", "failed", timeout=90).result.detail == {"steps": [0, 1, 2, 3]}
+    assert proc.alive()
