@@ -195,6 +195,9 @@ class Worker(models.Model):
     state = models.CharField(max_length=16, default="running")
     processed = models.BigIntegerField(default=0)
     failed = models.BigIntegerField(default=0)
+    #: What runs its handlers: {"threads": n, "async": n, "processes": n, "children": [pids],
+    #: "timeouts": n, "replaced": n, "abandoned": n} (only the parts it has).
+    pool = models.JSONField(db_default=models.Value({}, output_field=models.JSONField()), blank=True)
     started_at = models.DateTimeField(db_default=Now())
     last_seen = models.DateTimeField(db_default=Now())
 

@@ -13,6 +13,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import DEFAULT_DB_ALIAS
+from psycopg.types.json import Jsonb
 
 from workqueue import sql
 
@@ -424,9 +425,18 @@ def queue_starts_prune(*, now: Time, older_than: float, using: str = DEFAULT_DB_
 
 
 def worker_beat(
-    *, id: str, host: str, pid: int, queues: Any, state: str, processed: int, failed: int, using: str = DEFAULT_DB_ALIAS
+    *,
+    id: str,
+    host: str,
+    pid: int,
+    queues: Any,
+    state: str,
+    processed: int,
+    failed: int,
+    pool: Any = None,
+    using: str = DEFAULT_DB_ALIAS,
 ) -> list[Row]:
-    """``worker_beat``: record that a runworker process is alive (no rows)."""
+    """``worker_beat``: record that a runworker process is alive (no rows). ``pool``: Jsonb."""
     params = {
         "id": id,
         "host": host,
@@ -435,6 +445,7 @@ def worker_beat(
         "state": state,
         "processed": processed,
         "failed": failed,
+        "pool": pool if pool is not None else Jsonb({}),
     }
     return _run("worker_beat", params, using)
 

@@ -109,3 +109,23 @@ def test_operations_and_workflows_run_in_children_as_on_threads(make_worker_read
     assert done.worker_id == "ops-pool"
     assert wait_for_state(flow.id, "succeeded", "failed", timeout=90).result.detail == {"steps": [0, 1, 2, 3]}
     assert proc.alive()
+
+
+def test_the_workers_page_shows_the_pool_and_its_children(make_worker_ready, admin_client):
+    from django.urls import reverse
+
+    from workqueue.models import Worker
+
+    WorkItem.objects.enqueue("test.cpu", "shown", metadata={"n": "1000"})
+    make_worker_ready("shown-pool", "--queue", "test.cpu", "--processes", "2")
+    settled("shown")
+    child = sample("pid", "shown")[0]
+    wait_until(
+        lambda: child in (Worker.objects.get(pk="shown-pool").pool.get("children") or []),
+        timeout=30,
+        message="the heartbeat to name the child",
+    )
+    pool = Worker.objects.get(pk="shown-pool").pool
+    assert pool["processes"] == 2 and "threads" not in pool
+    html = admin_client.get(reverse("admin:workqueue_worker_changelist")).content.decode()
+    assert "2 processes (pids" in html and str(child) in html

@@ -27,6 +27,7 @@ class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
         "status_display",
         "last_seen_display",
         "queues_display",
+        "pool_display",
         "processed_display",
         "failed_display",
         "host",
@@ -51,6 +52,24 @@ class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
     @admin.display(description="queues")
     def queues_display(self, obj):
         return ", ".join(obj.queues) if obj.queues else "all registered"
+
+    @admin.display(description="pool")
+    def pool_display(self, obj):
+        """Threads, event-loop slots and child processes (with their pids), as its heartbeat said."""
+        pool = obj.pool or {}
+        parts = []
+        if pool.get("threads"):
+            parts.append(f"{pool['threads']} threads")
+        if pool.get("async"):
+            parts.append(f"{pool['async']} async")
+        if pool.get("processes"):
+            children = pool.get("children") or []
+            pids = f" (pids {', '.join(map(str, children))})" if children else " (none started yet)"
+            parts.append(f"{pool['processes']} processes{pids}")
+        for key, word in (("replaced", "replaced"), ("timeouts", "timed out"), ("abandoned", "threads abandoned")):
+            if pool.get(key):
+                parts.append(f"{pool[key]} {word}")
+        return " · ".join(parts)
 
     @admin.display(description="processed", ordering="processed")
     def processed_display(self, obj):

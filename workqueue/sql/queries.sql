@@ -455,11 +455,11 @@ DELETE FROM work_pollers WHERE last_seen < coalesce(%(now)s, now()) - make_inter
 
 -- name: worker_beat
 -- A runworker process says it is alive (and what it serves); inserted on first beat.
-INSERT INTO work_workers AS k (id, host, pid, queues, started_at, last_seen, state, processed, failed)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, now(), now(), %(state)s, %(processed)s, %(failed)s)
+INSERT INTO work_workers AS k (id, host, pid, queues, started_at, last_seen, state, processed, failed, pool)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, now(), now(), %(state)s, %(processed)s, %(failed)s, %(pool)s)
 ON CONFLICT (id) DO UPDATE
 SET last_seen = now(), state = excluded.state, queues = excluded.queues, host = excluded.host,
-    pid = excluded.pid, processed = excluded.processed, failed = excluded.failed;
+    pid = excluded.pid, processed = excluded.processed, failed = excluded.failed, pool = excluded.pool;
 
 
 -- name: maintenance_runs_prune

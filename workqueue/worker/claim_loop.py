@@ -88,6 +88,8 @@ class ClaimLoop(BackgroundLoop):
         self.max_items = max_items
         self.max_seconds = max_seconds
         self.maintenance_every = maintenance  # seconds between recover+reap runs (None = off)
+        #: What the heartbeat says of the worker's pools (set by the Worker).
+        self.describe_pool: Callable[[], dict] | None = None
         self.ledger = ledger
         self.keeper = keeper
         self.pool = pool
@@ -242,6 +244,7 @@ class ClaimLoop(BackgroundLoop):
             state=state,
             processed=self.ledger.processed,
             failed=self.ledger.failed,
+            pool=Jsonb(self.describe_pool() if self.describe_pool is not None else {}),
             using=self.using,
         )
         self._last_beat = now

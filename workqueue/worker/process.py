@@ -132,6 +132,7 @@ class Worker:
             loop_pool=self.loop_pool,
             before_pass=self._find_family_queues if self.families else None,
         )
+        self.claim_loop.describe_pool = self.describe_pool
         self._queue_set = set(self.queues)
         self._listen_token: int | None = None
 
@@ -187,6 +188,24 @@ class Worker:
     @property
     def claims(self) -> int:
         return self.claim_loop.claims
+
+    def describe_pool(self) -> dict:
+        """What runs this worker's handlers, for its heartbeat (the Workers page shows it)."""
+        described: dict = {}
+        if self.runners != self.processes:
+            described["threads"] = self.concurrency
+        if self.loop_queues or self._loop_pool is not None:
+            described["async"] = self.async_concurrency
+        if self.process_pool is not None:
+            described["processes"] = self.processes
+            described["children"] = self.process_pool.children()
+            described["replaced"] = self.process_pool.replaced
+        abandoned = getattr(self.pool, "abandoned", 0) or getattr(getattr(self.pool, "threads", None), "abandoned", 0)
+        if abandoned:
+            described["abandoned"] = abandoned
+        if self._runs.watchdog.timeouts:
+            described["timeouts"] = self._runs.watchdog.timeouts
+        return described
 
     def loop_pool(self) -> AsyncRunnerPool:
         """The event-loop pool, started on first use (async queues, or a run handed on to it)."""
