@@ -231,6 +231,9 @@ def drain_once(
     *,
     groups: int = 0,
     site: bool = False,
+    args: tuple[str, ...] = (),
+    queue: str = "demo.noop",
+    metadata: dict | None = None,
 ) -> tuple[float, cpu.Cpu]:
     """Start ``count`` runworker processes, let them go idle, and drain ``items`` no-op items
     (spread over ``groups`` groups when given) from a backlog. The workers serve ``demo.noop``
@@ -241,8 +244,8 @@ def drain_once(
     (items/s, CPU the workers and their backends spent in that time)."""
     from workqueue.models import WorkItem
 
-    queues = [] if site else ["--queue", "demo.noop"]
-    workers = Workers(db.url, count, [*queues, "--batch", str(batch), "--concurrency", str(concurrency)])
+    queues = [] if site else ["--queue", queue]
+    workers = Workers(db.url, count, [*queues, "--batch", str(batch), "--concurrency", str(concurrency), *args])
     try:
         workers.wait_ready()
         pids = [p.pid for p in workers.procs]
@@ -258,11 +261,15 @@ def drain_once(
                             for i in range(n)
                         ]
                     )
+                elif metadata:
+                    WorkItem.objects.enqueue_many(
+                        [{"queue": queue, "key": f"d-{tag}-{base + i}", "metadata": metadata} for i in range(n)]
+                    )
                 else:
-                    WorkItem.objects.enqueue_many([("demo.noop", f"d-{tag}-{base + i}") for i in range(n)])
+                    WorkItem.objects.enqueue_many([(queue, f"d-{tag}-{base + i}") for i in range(n)])
             meter = workers.meter().start()
         started = time.perf_counter()
-        wait_drained("demo.noop", timeout=max(60, items / 500), every=DRAIN_POLL)
+        wait_drained(queue, timeout=max(60, items / 500), every=DRAIN_POLL)
         rate = items / (time.perf_counter() - started)
         return rate, meter.stop()
     finally:

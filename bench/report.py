@@ -27,6 +27,9 @@ class Options:
     wire_clients: int = 4
     starters: int = 4  # threads starting operations / enqueuing tasks (as concurrent requests)
     rss_items: int = 200_000
+    cpu_items: int = 200  # the pool section's CPU-bound items
+    cpu_rounds: int = 1_000_000  # ... and the pure-Python rounds of each
+    pool_noop_items: int = 10_000  # ... and its no-op drain
     schedules: int = 1_000
     io_items: int = 2_000
     io_seconds: float = 0.05
@@ -42,6 +45,7 @@ class Options:
         "tasks",
         "wire",
         "schedules",
+        "pool",
         "rss",
         "io",
         "tracing",
@@ -69,6 +73,9 @@ class Options:
             waiting=50,
             wire_items=40,
             rss_items=2_000,
+            cpu_items=20,
+            cpu_rounds=100_000,
+            pool_noop_items=200,
             schedules=50,
             io_items=100,
             history_stopped=5_000,

@@ -20,6 +20,7 @@ from bench.sections.indexes import bench_indexes
 from bench.sections.io import bench_io
 from bench.sections.latency import bench_latency
 from bench.sections.lives import bench_batch, bench_operations, bench_tasks, bench_workflows
+from bench.sections.pool import bench_pool
 from bench.sections.rss import bench_rss
 from bench.sections.schedules import bench_schedules
 from bench.sections.tracing import bench_tracing
@@ -38,6 +39,7 @@ SECTIONS = {
     "tasks": bench_tasks,
     "wire": bench_wire,
     "schedules": bench_schedules,
+    "pool": bench_pool,
     "rss": bench_rss,
     "io": bench_io,
     "tracing": bench_tracing,

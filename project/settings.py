@@ -151,6 +151,7 @@ WORKQUEUE = {
     "QUEUES": {
         "default": {},
         "demo.noop": {"lease": 30},
+        "demo.cpu": {"lease": 60},
         "demo.sleep": {"lease": 30, "stall": None},
         "demo.fail": {"max_attempts": 3, "retry_delay": 2, "retry_backoff": 2.0},
         "demo.capped": {"max_running": 2},

@@ -9,6 +9,8 @@
   reporting progress at each step: hundreds run at once on one process's event loop;
 - ``demo.async_io`` (``async def``) awaits ``asyncio.sleep(seconds)`` once and does nothing
   else — the benchmark's I/O-bound probe, beside ``demo.sleep`` on threads;
+- ``demo.cpu`` does a fixed amount of pure-Python work (``rounds`` metadata, default 1,000,000)
+  — the benchmark's CPU-bound probe, on threads or with ``runworker --pool processes``;
 - ``demo.latency`` appends how long ago its item was enqueued (metadata ``t0``, epoch
   seconds) to the file named by ``BENCH_LATENCY_FILE`` — the benchmark's wake-up probe.
 """
@@ -73,3 +75,11 @@ async def async_sleep(item, ctx):
 @handlers.register("demo.async_io")
 async def async_io(item, ctx):
     await asyncio.sleep(_seconds(item, 0.05))
+
+
+@handlers.register("demo.cpu")
+def cpu(item, ctx):
+    total = 0
+    for n in range(int(item.metadata.get("rounds", "1000000"))):
+        total = (total + n * n) % 1_000_003
+    return None
