@@ -219,10 +219,10 @@ def client(user) -> Client:
     return client
 
 
-def spawn_ops_worker(start_worker, names: dict, prefix: str):
+def spawn_ops_worker(start_worker, names: dict, prefix: str, *extra: str):
     """Start one plain ``runworker`` process (every registered queue, as a site runs it) named
-    ``<prefix>-<n>``; note its name in ``names``."""
+    ``<prefix>-<n>``, with ``extra`` arguments; note its name in ``names``."""
     name = f"{prefix}-{len(names) + 1}"
-    proc = start_worker("--worker-id", name, "--concurrency", "4", "--batch", "4", "--poll", "0.5")
+    proc = start_worker("--worker-id", name, "--concurrency", "4", "--batch", "4", "--poll", "0.5", *extra)
     names[proc] = name
     return proc

@@ -13,10 +13,14 @@ this test checks, is:
 - every operation ends terminal, with no work item left unsettled: none stuck;
 - the workflows among them (test.wf.crashy) all succeed with the right result, their
   ``transaction=True`` step ran exactly once and every plain step at least once.
+
+Every other worker runs its handlers in the process pool (one child): killing its parent
+takes the child down too (the child exits when its pipe closes), and what it held goes round.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -122,7 +126,10 @@ class Chaos:
         self.started = time.monotonic()
 
     def spawn(self):
-        return spawn_ops_worker(self.start_worker, self.names, "chaos")
+        # Every other worker runs its sync handlers in a child process (the process pool): a
+        # SIGKILL of such a worker must take its child with it, and lose only what they held.
+        pool = ("--pool", "processes", "--processes", "1") if len(self.names) % 2 else ()
+        return spawn_ops_worker(self.start_worker, self.names, "chaos", *pool)
 
     def run(self) -> None:
         """Until every operation is done: kill a busy worker now and then (and start another),
@@ -148,8 +155,10 @@ class Chaos:
         if not busy:
             return False
         victim = self.rng.choice(busy)
+        children = children_of(victim.pid)  # its process pool's children die with it
         victim.kill()
         self.killed.add(victim.pid)
+        self.killed.update(children)
         self.workers.remove(victim)
         self.workers.append(self.spawn())
         return True
@@ -176,6 +185,22 @@ class Chaos:
             output, _ = p.communicate(timeout=60)
             assert p.returncode == 0, output
             assert "operations_reoffered=" in output or "skipped" in output, output
+
+
+def children_of(pid: int) -> set[int]:
+    """The pids whose parent is ``pid`` (Linux /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                ppid = next(line for line in f if line.startswith("PPid:")).split()[1]
+        except (OSError, StopIteration):
+            continue
+        if int(ppid) == pid:
+            found.add(int(entry))
+    return found
 
 
 def check_operation(op, kind: str, began: list, succeeded_items: int) -> None:

@@ -15,7 +15,7 @@ from tests.conftest import wait_until
 from tests.operations.conftest import wait_for_state
 from tests.testapp.models import Sample
 from tests.workqueue.conftest import row
-from workqueue.models import WorkItem
+from workqueue.models import Worker, WorkItem
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -98,23 +98,29 @@ def test_a_child_over_its_memory_limit_is_replaced_after_its_run(make_worker_rea
     assert proc.alive()
 
 
-def test_operations_and_workflows_run_in_children_as_on_threads(make_worker_ready):
+def test_operations_workflows_and_tasks_run_in_children_as_on_threads(make_worker_ready):
+    from tests.testapp import tasks
+
     op = operations.start("test.ops.tiers", {"units": 3, "per_unit": 10, "pause": 0.1})
     flow = operations.start("test.wf.four", {})
-    proc = make_worker_ready("ops-pool", "--queue", "operations", "--pool", "processes", "--processes", "2")
+    result = tasks.add.enqueue(2, 3)
+    args = ["--queue", "operations", "--queue", "tasks.default", "--pool", "processes", "--processes", "2"]
+    proc = make_worker_ready("ops-pool", *args)
     done = wait_for_state(op.id, "succeeded", "failed", timeout=90)
     assert done.state == "succeeded", done.error
     assert (done.units_done, done.units_total, done.count) == (3, 3, 30)
     assert done.result.detail == {"units": 3}
     assert done.worker_id == "ops-pool"
     assert wait_for_state(flow.id, "succeeded", "failed", timeout=90).result.detail == {"steps": [0, 1, 2, 3]}
+    wait_until(lambda: result.refresh() or result.is_finished, timeout=90, message="the task to finish")
+    assert result.return_value == 5
+    children = set(Worker.objects.get(pk="ops-pool").pool.get("children") or [])
+    assert children and proc.pid not in children
     assert proc.alive()
 
 
 def test_the_workers_page_shows_the_pool_and_its_children(make_worker_ready, admin_client):
     from django.urls import reverse
-
-    from workqueue.models import Worker
 
     WorkItem.objects.enqueue("test.cpu", "shown", metadata={"n": "1000"})
     make_worker_ready("shown-pool", "--queue", "test.cpu", "--processes", "2")
