@@ -394,11 +394,18 @@ class OperationDependency(models.Model):
 
     op_id = models.CharField(max_length=200)
     after_id = models.CharField(max_length=200)
+    # Whether ``after_id``'s end was counted on ``op_id`` (exactly once, by op_deps_settle; an
+    # edge onto a dependency already ended when ``op_id`` started is recorded decided).
+    decided = models.BooleanField(db_default=False)
 
     class Meta:
         db_table = f"{configured_table()}_dependencies"
         constraints = [models.UniqueConstraint(fields=["after_id", "op_id"], name="operation_dependencies_uniq")]
-        indexes = [models.Index(fields=["op_id"], name="operation_dependencies_op_idx")]
+        indexes = [
+            models.Index(fields=["op_id"], name="operation_dependencies_op_idx"),
+            # recover: edges whose dependency's end was never counted. Only open edges are in it.
+            models.Index(fields=["after_id"], condition=Q(decided=False), name="operation_deps_open_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.op_id} after {self.after_id}"
