@@ -59,7 +59,8 @@ SELECT {op_light} FROM {table} o WHERE o.id = ANY(%(ids)s::text[]);
 -- worker's lease (the work item's proof), charging one attempt. Exactly one worker matches.
 -- The work item is written first (its lease moved, proof checked under its row lock, so a
 -- concurrent requeue or force stop is seen), and the operation is taken only through it, to
--- the same expiry. A requested cancellation is never begun: op_settle_unbegun ends it.
+-- the same expiry. A requested cancellation is never begun: op_settle_unbegun ends it. Nor is
+-- a dependent still waiting for its dependencies (deps_open above 0), whatever item names it.
 WITH item AS (
     {item_extend_held:%(item_id)s, %(token)s, %(lease)s}
 ),
@@ -74,7 +75,7 @@ began AS (
     FROM item
     WHERE o.id = %(id)s
       AND (o.state = 'pending' OR (o.state = 'running' AND o.claimed_until < now()))
-      AND o.attempts < o.max_attempts AND NOT o.cancel_requested
+      AND o.attempts < o.max_attempts AND NOT o.cancel_requested AND o.deps_open = 0
     RETURNING {op_run}
 )
 SELECT began.*, {notify:began.id}, {relaxed} FROM began;

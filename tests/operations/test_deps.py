@@ -293,3 +293,13 @@ def test_an_end_that_races_a_start_after_it_sees_the_new_edge():
     b = op_row(b.id)
     assert (b.state, b.error_code) == ("failed", "dependency_failed")
     assert OperationDependency.objects.get(op_id=b.id).decided
+
+
+def test_a_work_item_enqueued_by_hand_for_a_waiting_dependent_does_not_run_it():
+    a = operations.start(CHILD, {}, delay=3600)
+    b = operations.start(CHILD, {}, after=[a.id])
+    WorkItem.objects.enqueue("operations", b.id)
+    assert run_next().key == b.id  # claimed, refused by begin, settled as a no-op
+    b = op_row(b.id)
+    assert (b.state, b.attempts, b.deps_open) == ("pending", 0, 1) and began(b.id) == 0
+    assert not WorkItem.objects.filter(key=b.id).unsettled().exists()
