@@ -8,7 +8,8 @@ import json
 import threading
 
 import pytest
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import operations
@@ -303,3 +304,21 @@ def test_a_work_item_enqueued_by_hand_for_a_waiting_dependent_does_not_run_it():
     b = op_row(b.id)
     assert (b.state, b.attempts, b.deps_open) == ("pending", 0, 1) and began(b.id) == 0
     assert not WorkItem.objects.filter(key=b.id).unsettled().exists()
+
+
+def _statements_of_one_run() -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        assert run_next() is not None
+    return [q["sql"] for q in captured.captured_queries]
+
+
+def test_the_end_of_an_operation_without_dependents_or_parent_runs_no_decision_and_a_dependency_s_does():
+    operations.start(CHILD, {})
+    plain = _statements_of_one_run()
+    assert not [s for s in plain if "SET decided = true" in s or "SET fanned_in = true" in s]
+    a = operations.start(CHILD, {})
+    operations.start(CHILD, {}, after=[a.id])
+    depended = _statements_of_one_run()
+    assert sum("SET decided = true" in s for s in depended) == 1
+    # A has no parent: its hook runs the decision only, no fan-in.
+    assert not [s for s in depended if "SET fanned_in = true" in s]
