@@ -774,14 +774,23 @@ SELECT ins.*, (SELECT count(*) FROM copied) AS copied, (SELECT count(*) FROM ite
 -- statement. The dependencies' rows are locked first (an UPDATE, whose RETURNING reads each
 -- row as its last committed writer left it), so a dependency ending concurrently is
 -- serialised with this start: ended before, it is seen ended; ended after, its end sees this
--- edge. An unfinished dependency is marked has_dependents. deps_open counts the dependencies
+-- edge. They are locked oldest first (created_at, then id), the order in which an end's
+-- decision locks dependents: a dependency is always older than what depends on it, so a start
+-- and an end never wait for each other in a cycle. An unfinished dependency is marked has_dependents. deps_open counts the dependencies
 -- not yet succeeded; an edge onto one already ended is recorded decided (its end was counted
 -- here). When one already failed or was cancelled, the operation is recorded failed at once
 -- (dependency_failed, naming it). Nothing is written when a dependency has gone (reaped since
 -- the caller's check) or the id is taken: ON CONFLICT DO NOTHING, as op_start.
-WITH dep AS (
-    UPDATE {table} AS a SET has_dependents = a.has_dependents OR a.state IN ('pending', 'running')
+WITH locked AS (
+    SELECT a.id FROM {table} AS a
     WHERE a.id = ANY(%(after)s::text[])
+    ORDER BY a.created_at, a.id
+    FOR UPDATE OF a
+),
+dep AS (
+    UPDATE {table} AS a SET has_dependents = a.has_dependents OR a.state IN ('pending', 'running')
+    FROM locked
+    WHERE a.id = locked.id
     RETURNING a.id, a.state, a.error_code
 ),
 v AS (
@@ -834,18 +843,27 @@ SELECT ins.*, (SELECT count(*) FROM edge) AS edges FROM ins;
 -- and how it ended; the caller runs this statement again on the ids it returns ended (their
 -- own dependents), until none.
 -- Exactly once: an edge is counted only while its decided is false, and this statement sets
--- it (re-checked under the edge's row lock, so two callers cannot both count it). Every edge
+-- it (re-checked under the edge's row lock, so two callers cannot both count it). Edges are
+-- locked in id order and dependents oldest first (as op_start_after locks dependencies), so
+-- two ends sharing dependents never deadlock. Every edge
 -- onto an ended operation is already in this statement's snapshot: a start that adds one
 -- locks the dependency's row first and commits before the write that ends it takes that
 -- lock, and a start after that sees it ended and records its edge decided.
 -- A dependent no longer pending (cancelled while it waited, or failed by another dependency)
 -- is left as it is; its edge is marked decided all the same.
-WITH edge AS (
-    UPDATE {deps} AS e SET decided = true
-    FROM {table} AS a
+WITH open AS (
+    SELECT e.id, a.state, a.error_code
+    FROM {deps} AS e JOIN {table} AS a ON a.id = e.after_id
     WHERE a.id = ANY(%(ids)s::text[]) AND a.has_dependents AND a.state IN ('succeeded', 'failed', 'cancelled')
-      AND e.after_id = a.id AND NOT e.decided
-    RETURNING e.op_id, e.after_id, a.state, a.error_code
+      AND NOT e.decided
+    ORDER BY e.id
+    FOR UPDATE OF e
+),
+edge AS (
+    UPDATE {deps} AS e SET decided = true
+    FROM open
+    WHERE e.id = open.id AND NOT e.decided
+    RETURNING e.op_id, e.after_id, open.state, open.error_code
 ),
 tally AS (
     SELECT e.op_id, count(*) FILTER (WHERE e.state = 'succeeded') AS ok,
@@ -853,6 +871,12 @@ tally AS (
                 FILTER (WHERE e.state <> 'succeeded'))[1] AS bad
     FROM edge AS e
     GROUP BY e.op_id
+),
+held AS (
+    SELECT d.id FROM {table} AS d
+    WHERE d.id IN (SELECT tally.op_id FROM tally)
+    ORDER BY d.created_at, d.id
+    FOR UPDATE OF d
 ),
 settled AS (
     UPDATE {table} AS o
@@ -863,8 +887,8 @@ settled AS (
         error_retryable = CASE WHEN t.bad IS NULL THEN o.error_retryable ELSE false END,
         finished_at = CASE WHEN t.bad IS NULL THEN o.finished_at ELSE now() END,
         updated_at = now(), revision = o.revision + 1
-    FROM tally AS t
-    WHERE o.id = t.op_id AND o.state = 'pending' AND o.deps_open > 0
+    FROM tally AS t, held AS h
+    WHERE o.id = t.op_id AND h.id = o.id AND o.state = 'pending' AND o.deps_open > 0
     RETURNING o.id, o.state, o.deps_open, o.queue, o.priority, o.max_attempts
 ),
 item AS (

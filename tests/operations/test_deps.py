@@ -15,7 +15,7 @@ from django.utils import timezone
 import operations
 from operations import deps, service, store
 from operations.models import Operation, OperationDependency
-from tests.operations.conftest import begin, items_for, op_row, run_next
+from tests.operations.conftest import begin, claim_one, items_for, op_row, run_next
 from tests.testapp.models import OperationRun
 from workqueue.models import WorkItem
 
@@ -190,7 +190,7 @@ def test_a_lost_decision_is_made_by_recover_once_and_a_repeated_hook_counts_noth
     assert run_next().key == a.id
     item, _op = begin(b.id)
     # B's end written without its decision (a crash between the runner's two transactions).
-    written = store.finish(
+    store.finish(
         id=b.id,
         item_id=item.id,
         token=item.lease_token,
@@ -205,7 +205,7 @@ def test_a_lost_decision_is_made_by_recover_once_and_a_repeated_hook_counts_noth
         cancel_wins=False,
         attempt=json.dumps({}),
     )
-    assert written.state == "succeeded" and op_row(d.id).deps_open == 2
+    assert op_row(b.id).state == "succeeded" and op_row(d.id).deps_open == 2
     assert deps.recover() == {"dependencies_decided": 1}
     assert op_row(d.id).deps_open == 1
     # Again, and the hook by hand twice: B's edge was counted, never again.
@@ -322,3 +322,67 @@ def test_the_end_of_an_operation_without_dependents_or_parent_runs_no_decision_a
     assert sum("SET decided = true" in s for s in depended) == 1
     # A has no parent: its hook runs the decision only, no fan-in.
     assert not [s for s in depended if "SET fanned_in = true" in s]
+
+
+def _finish_by_hand(item, op_id: str) -> None:
+    """The runner's end of a run it holds (op_finish) and the hook, in the caller's transaction."""
+    written = store.finish(
+        id=op_id,
+        item_id=item.id,
+        token=item.lease_token,
+        progress={"units_total": None, "units_done": 0, "unit": "", "message": "", "count": 0},
+        state="succeeded",
+        error_code="",
+        error_message="",
+        error_retryable=False,
+        result_uri="",
+        result_detail=None,
+        all_done=True,
+        cancel_wins=False,
+        attempt=json.dumps({}),
+    )
+    assert written is not None
+    deps.ended([written])
+
+
+def test_two_last_dependencies_ending_at_once_both_count_and_the_dependent_is_enqueued_once():
+    b = operations.start(CHILD, {})
+    c = operations.start(CHILD, {})
+    d = operations.start(CHILD, {}, after=[b.id, c.id])
+    held = {}
+    for _ in range(2):
+        item = claim_one()
+        held[item.key] = item
+        assert store.begin(id=item.key, item_id=item.id, token=item.lease_token, lease=60, worker_id="t") is not None
+    ready, go = threading.Event(), threading.Event()
+
+    def end_b():
+        try:
+            with transaction.atomic():
+                _finish_by_hand(held[b.id], b.id)
+                ready.set()
+                go.wait(10)
+        finally:
+            connections.close_all()
+
+    def end_c():
+        try:
+            with transaction.atomic():
+                _finish_by_hand(held[c.id], c.id)
+        finally:
+            connections.close_all()
+
+    tb = threading.Thread(target=end_b)
+    tb.start()
+    assert ready.wait(10)
+    tc = threading.Thread(target=end_c)
+    tc.start()
+    tc.join(0.5)
+    assert tc.is_alive(), "C's decision did not wait for D's row lock held by B's"
+    go.set()
+    tb.join(10)
+    tc.join(10)
+    d = op_row(d.id)
+    assert (d.state, d.deps_open) == ("pending", 0)
+    assert items_for(d.id).count() == 1
+    assert run_next().key == d.id and run_next() is None and began(d.id) == 1

@@ -1,10 +1,17 @@
 -- op_deps_settle, from operations/sql/queries.sql (expanded)
-WITH edge AS (
-    UPDATE operations_dependencies AS e SET decided = true
-    FROM operations AS a
+WITH open AS (
+    SELECT e.id, a.state, a.error_code
+    FROM operations_dependencies AS e JOIN operations AS a ON a.id = e.after_id
     WHERE a.id = ANY(%(ids)s::text[]) AND a.has_dependents AND a.state IN ('succeeded', 'failed', 'cancelled')
-      AND e.after_id = a.id AND NOT e.decided
-    RETURNING e.op_id, e.after_id, a.state, a.error_code
+      AND NOT e.decided
+    ORDER BY e.id
+    FOR UPDATE OF e
+),
+edge AS (
+    UPDATE operations_dependencies AS e SET decided = true
+    FROM open
+    WHERE e.id = open.id AND NOT e.decided
+    RETURNING e.op_id, e.after_id, open.state, open.error_code
 ),
 tally AS (
     SELECT e.op_id, count(*) FILTER (WHERE e.state = 'succeeded') AS ok,
@@ -13,6 +20,12 @@ tally AS (
                 FILTER (WHERE e.state <> 'succeeded'))[1] AS bad
     FROM edge AS e
     GROUP BY e.op_id
+),
+held AS (
+    SELECT d.id FROM operations AS d
+    WHERE d.id IN (SELECT tally.op_id FROM tally)
+    ORDER BY d.created_at, d.id
+    FOR UPDATE OF d
 ),
 settled AS (
     UPDATE operations AS o
@@ -23,8 +36,8 @@ settled AS (
         error_retryable = CASE WHEN t.bad IS NULL THEN o.error_retryable ELSE false END,
         finished_at = CASE WHEN t.bad IS NULL THEN o.finished_at ELSE now() END,
         updated_at = now(), revision = o.revision + 1
-    FROM tally AS t
-    WHERE o.id = t.op_id AND o.state = 'pending' AND o.deps_open > 0
+    FROM tally AS t, held AS h
+    WHERE o.id = t.op_id AND h.id = o.id AND o.state = 'pending' AND o.deps_open > 0
     RETURNING o.id, o.state, o.deps_open, o.queue, o.priority, o.max_attempts
 ),
 item AS (

@@ -1,7 +1,14 @@
 -- op_start_after, from operations/sql/queries.sql (expanded)
-WITH dep AS (
-    UPDATE operations AS a SET has_dependents = a.has_dependents OR a.state IN ('pending', 'running')
+WITH locked AS (
+    SELECT a.id FROM operations AS a
     WHERE a.id = ANY(%(after)s::text[])
+    ORDER BY a.created_at, a.id
+    FOR UPDATE OF a
+),
+dep AS (
+    UPDATE operations AS a SET has_dependents = a.has_dependents OR a.state IN ('pending', 'running')
+    FROM locked
+    WHERE a.id = locked.id
     RETURNING a.id, a.state, a.error_code
 ),
 v AS (
