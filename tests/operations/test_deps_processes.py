@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 import operations
+from operations import store
 from operations.models import OperationDependency
-from tests.operations.conftest import op_row, wait_for_state
+from tests.operations.conftest import begin, op_row, reporter_for, wait_for_state
 from tests.testapp.models import OperationRun
 from workqueue.models import WorkItem
 
@@ -65,3 +66,43 @@ def test_a_dependent_started_by_a_running_operation_runs_after_it_under_a_real_w
     dependent = wait_for_state(a.result_detail["dependent"], *ENDED, timeout=60)
     assert dependent.state == "succeeded" and dependent.started_at > a.finished_at
     assert len(began(dependent.id)) == 1
+
+
+def test_manage_py_recover_decides_a_dependent_left_waiting_by_a_crash_and_a_worker_runs_it_once(
+    run_command, ops_worker
+):
+    a = operations.start(CHILD, {"n": 1})
+    b = operations.start(CHILD, {"n": 2}, after=[a.id])
+    # A ends by its real terminal write, but the process dies before the decision (simulated:
+    # op_finish alone, committed on its own, as a runner whose operation gained a dependent
+    # while it ran writes it before its second transaction).
+    item, op = begin(a.id)
+    reporter = reporter_for(item, op)
+    store.finish(
+        id=op.id,
+        item_id=item.id,
+        token=item.lease_token,
+        progress=reporter.snapshot(),
+        state="succeeded",
+        error_code="",
+        error_message="",
+        error_retryable=False,
+        result_uri="",
+        result_detail=None,
+        all_done=True,
+        cancel_wins=False,
+        attempt="{}",
+    )
+    reporter.close()
+    assert op_row(b.id).deps_open == 1 and not WorkItem.objects.filter(key=b.id).exists()
+
+    result = run_command("recover")
+    assert result.returncode == 0, result.stderr
+    assert "operations_dependencies_decided=1" in result.stdout and "operations_reoffered=0" in result.stdout
+    assert op_row(b.id).deps_open == 0 and WorkItem.objects.filter(key=b.id).count() == 1
+    again = run_command("recover")
+    assert again.returncode == 0 and "operations_dependencies_decided=0" in again.stdout
+    ops_worker("deps-recover", "--concurrency", "1")
+    b = wait_for_state(b.id, *ENDED, timeout=90)
+    assert b.state == "succeeded" and len(began(b.id)) == 1
+    assert WorkItem.objects.filter(key=b.id).count() == 1
