@@ -324,11 +324,10 @@ def recover(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str
         due = store.fan_in_due(limit=ops_settings().recover_batch, using=using)
         if dry_run or not due:
             return {"fanned_in": len(due), "parents_settled": 0}
-        rows = fan_in(due, using=using)
         from operations import deps  # it builds on this module
 
-        # The parents settled here ended: decide their dependents (the hook's second half).
-        deps.ended([row[0] for row in rows if row[1] in TERMINAL_STATES], using=using)
+        # The one hook: the fan-in, then the decision of the settled parents' dependents.
+        rows = deps.ended(due, using=using)
     return {"fanned_in": len(due), "parents_settled": sum(1 for row in rows if row[1] in TERMINAL_STATES)}
 
 

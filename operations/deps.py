@@ -65,7 +65,7 @@ def check_after(after: object, *, using: str = DEFAULT_DB_ALIAS) -> list[str]:
     return ids
 
 
-def ended(ops: Iterable[str | Operation], *, using: str = DEFAULT_DB_ALIAS) -> None:
+def ended(ops: Iterable[str | Operation], *, using: str = DEFAULT_DB_ALIAS) -> list[tuple]:
     """An operation ended: count its end on its parent (the fan-in) and on its dependents.
 
     Call it in the transaction of the write that ended ``ops``, right after it, with what that
@@ -73,8 +73,9 @@ def ended(ops: Iterable[str | Operation], *, using: str = DEFAULT_DB_ALIAS) -> N
     ``has_dependents`` then spare the statement one of them does not need). Ids of operations
     that are unfinished, have no parent and no dependents, or were already counted do nothing.
     A batch or chain its fan-in settled, and a dependent failed here, are ended in turn.
+    Returns the fan-in's rows (one per parent touched: id, state, ids started or None, ...).
     """
-    ids, deps = [], []
+    ids, deps, rows = [], [], []
     for op in ops:
         if isinstance(op, Operation):
             if op.parent_id:
@@ -90,8 +91,9 @@ def ended(ops: Iterable[str | Operation], *, using: str = DEFAULT_DB_ALIAS) -> N
     channel = wq_settings().notify_channel
     while deps:
         # A dependent failed here ends its own dependents (they have no parent: no fan-in).
-        rows = store.deps_settle(deps, queue_channel=channel, using=using)
-        deps = [row[0] for row in rows if row[1] in TERMINAL_STATES]
+        decided = store.deps_settle(deps, queue_channel=channel, using=using)
+        deps = [row[0] for row in decided if row[1] in TERMINAL_STATES]
+    return rows
 
 
 def recover(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str, int]:

@@ -189,9 +189,10 @@ class Operation(models.Model):
     wake_at = models.DateTimeField(null=True, blank=True)
     wake_pending = models.BooleanField(db_default=False)
     forked_from_id = models.CharField(max_length=200, null=True, blank=True)
-    # Dependencies (``start(..., after=[ids])``): how many of its dependencies have not yet
-    # succeeded (it is not claimable while above 0: it has no work item), and whether some
-    # operation depends on this one (its end then decides theirs, in the same transaction).
+    # Dependencies (``start(..., after=[ids])``, operations.deps): how many of its dependencies
+    # have not yet succeeded (it is not claimable while above 0: it has no work item), and
+    # whether some operation started while this one was unfinished depends on it (its end then
+    # decides theirs, in the same transaction; the end of one without skips the decision).
     deps_open = models.IntegerField(db_default=0)
     has_dependents = models.BooleanField(db_default=False)
 
