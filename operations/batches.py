@@ -293,7 +293,9 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
             return parent
         rows = store.cancel_children(op_id, using=using)
         store.cancel(op_id, owner=owner, using=using)
-        fan_in([child for child, state in rows if state == State.CANCELLED], using=using)
+        from operations import deps  # it builds on this module
+
+        deps.ended([child for child, state in rows if state == State.CANCELLED], using=using)
     return _get(op_id, owner=owner, using=using)
 
 
@@ -322,7 +324,10 @@ def recover(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str
         due = store.fan_in_due(limit=ops_settings().recover_batch, using=using)
         if dry_run or not due:
             return {"fanned_in": len(due), "parents_settled": 0}
-        rows = fan_in(due, using=using)
+        from operations import deps  # it builds on this module
+
+        # The one hook: the fan-in, then the decision of the settled parents' dependents.
+        rows = deps.ended(due, using=using)
     return {"fanned_in": len(due), "parents_settled": sum(1 for row in rows if row[1] in TERMINAL_STATES)}
 
 

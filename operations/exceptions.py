@@ -78,3 +78,16 @@ class WatcherClosed(OperationsError):
     """The watcher has been closed."""
 
     default_message = "the operations watcher is closed"
+
+
+class UnknownDependency(InvalidRequest, LookupError):
+    """``start(..., after=[ids])`` named an operation that does not exist (in this database):
+    nothing was written. ``.missing`` lists the unknown ids."""
+
+    def __init__(self, missing: list[str]):
+        shown = ", ".join(repr(i) for i in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        super().__init__(
+            f"after= names {len(missing)} operation(s) that do not exist: {shown}. Start the dependencies first "
+            "(with the same using=) and pass their ids; a reaped operation cannot be depended on."
+        )
+        self.missing = missing

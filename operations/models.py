@@ -189,9 +189,10 @@ class Operation(models.Model):
     wake_at = models.DateTimeField(null=True, blank=True)
     wake_pending = models.BooleanField(db_default=False)
     forked_from_id = models.CharField(max_length=200, null=True, blank=True)
-    # Dependencies (``start(..., after=[ids])``): how many of its dependencies have not yet
-    # succeeded (it is not claimable while above 0: it has no work item), and whether some
-    # operation depends on this one (its end then decides theirs, in the same transaction).
+    # Dependencies (``start(..., after=[ids])``, operations.deps): how many of its dependencies
+    # have not yet succeeded (it is not claimable while above 0: it has no work item), and
+    # whether some operation started while this one was unfinished depends on it (its end then
+    # decides theirs, in the same transaction; the end of one without skips the decision).
     deps_open = models.IntegerField(db_default=0)
     has_dependents = models.BooleanField(db_default=False)
 
@@ -394,11 +395,18 @@ class OperationDependency(models.Model):
 
     op_id = models.CharField(max_length=200)
     after_id = models.CharField(max_length=200)
+    # Whether ``after_id``'s end was counted on ``op_id`` (exactly once, by op_deps_settle; an
+    # edge onto a dependency already ended when ``op_id`` started is recorded decided).
+    decided = models.BooleanField(db_default=False)
 
     class Meta:
         db_table = f"{configured_table()}_dependencies"
         constraints = [models.UniqueConstraint(fields=["after_id", "op_id"], name="operation_dependencies_uniq")]
-        indexes = [models.Index(fields=["op_id"], name="operation_dependencies_op_idx")]
+        indexes = [
+            models.Index(fields=["op_id"], name="operation_dependencies_op_idx"),
+            # recover: edges whose dependency's end was never counted. Only open edges are in it.
+            models.Index(fields=["after_id"], condition=Q(decided=False), name="operation_deps_open_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.op_id} after {self.after_id}"

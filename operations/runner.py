@@ -35,7 +35,7 @@ import traceback
 
 from django.db import transaction
 
-from operations import batches, store
+from operations import deps, store
 from operations.conf import ops_settings
 from operations.exceptions import UnknownKind
 from operations.models import Operation, Result
@@ -182,7 +182,7 @@ def handle(item, ctx):
         with transaction.atomic(using=using):
             ended = store.settle_unbegun(**common, using=using)
             if ended:
-                batches.fan_in([item.key], using=using)
+                deps.ended([item.key], using=using)
             if ended == "cancelled":
                 log.info("%s: cancellation was requested while no run was alive; cancelled", item.key)
             elif ended:
@@ -408,6 +408,17 @@ def _failed(
     )
 
 
+def _decide_late(written: Operation, using: str) -> None:
+    """The operation gained a dependent while it ran (its begin row said none, the row its end
+    returned says some): decide its dependents now, in a second transaction. A failure here
+    leaves them to ``recover`` (op_deps_due), which decides them once."""
+    try:
+        with transaction.atomic(using=using):
+            deps.ended([written], using=using)
+    except Exception:
+        log.exception("%s: ended, but its dependents were not decided; recover will decide them", written.id)
+
+
 def _finish(
     reporter: Reporter,
     common: Proof,
@@ -440,14 +451,18 @@ def _finish(
             attempt=json.dumps(attempt_entry(exc, code, message, outcome=outcome or state)),
             using=reporter.using,
         )
-        if getattr(reporter.operation, "parent_id", None):
-            # A child: its end and the fan-in onto its parent commit together (operations.batches).
+        began = reporter.operation
+        if getattr(began, "parent_id", None) or getattr(began, "has_dependents", False):
+            # A child, or a dependency: its end, the fan-in onto its parent and the decision
+            # of its dependents commit together (operations.deps.ended).
             with transaction.atomic(using=reporter.using):
                 written = write()
                 if written:
-                    batches.fan_in([reporter.op_id], using=reporter.using)
+                    deps.ended([written], using=reporter.using)
         else:
-            written = write()
+            written = write()  # the hot path: one statement
+            if written is not None and written.has_dependents:
+                _decide_late(written, reporter.using)
     except Exception:
         log.exception("%s: could not record its end; its lease will lapse and recover will re-offer it", reporter.op_id)
         return None

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from operations import arguments, batches, store
+from operations import arguments, batches, deps, store
 from operations.conf import ops_settings
-from operations.exceptions import DuplicateOperation, InvalidRequest, OperationNotFound
+from operations.exceptions import DuplicateOperation, InvalidRequest, OperationNotFound, UnknownDependency
 from operations.ids import check_id, new_id
 from operations.models import TERMINAL_STATES, Operation, State
 from operations.registry import registry
@@ -41,6 +41,7 @@ def start(
     max_attempts: int | None = None,
     raise_on_duplicate: bool = False,
     group: str | None = None,
+    after=None,
     using: str = DEFAULT_DB_ALIAS,
 ) -> Operation:
     """Record a pending operation of ``kind`` and enqueue it; return it (``.created`` tells).
@@ -54,6 +55,15 @@ def start(
 
     ``group`` (e.g. a tenant id) is stored on the work item, for the queue's
     ``max_running_per_group`` and ``rate_per_group`` (see the README's "Flow control").
+
+    ``after=[op_a.id, op_b.id]`` (ids of existing operations, or the operations; an empty list
+    is none): the operation waits, pending with no work item, until every one of them
+    succeeded, and is enqueued in the transaction that ends the last (operations.deps).
+    If one fails or is cancelled it ends ``failed`` with code ``dependency_failed``; if one
+    already has when this is called, it is recorded ``failed`` ``dependency_failed`` at once
+    (returned so, ``created`` true, never run). An unknown id raises ``UnknownDependency`` (an
+    ``InvalidRequest``) and writes nothing. ``delay``, ``run_after`` and ``group`` cannot be
+    combined with dependencies.
     """
     definition, payload = check_request(kind, request)
     conf = ops_settings()
@@ -63,6 +73,29 @@ def start(
     priority = arguments.priority(priority)
     max_attempts = arguments.max_attempts(max_attempts) or definition.max_attempts or conf.max_attempts
     group = arguments.group(group)
+    after_ids = deps.check_after(after, using=using)
+    if after_ids:
+        if delay is not None or run_after is not None or group is not None:
+            raise InvalidRequest(
+                "delay, run_after and group cannot be combined with after=: a dependent is enqueued when its "
+                "last dependency succeeds; start it without them"
+            )
+        op = store.start_after(
+            id=op_id,
+            kind=kind,
+            owner=owner,
+            queue=queue,
+            priority=priority,
+            request=payload,
+            count_label=definition.count_label,
+            max_attempts=max_attempts,
+            after=after_ids,
+            queue_channel=wq_settings().notify_channel,
+            trace_context=_current_trace(),
+            workflow=definition.workflow,
+            using=using,
+        )
+        return _started(op, op_id, kind, owner, raise_on_duplicate, after_ids, using)
     op = store.start(
         id=op_id,
         kind=kind,
@@ -80,11 +113,21 @@ def start(
         workflow=definition.workflow,
         using=using,
     )
+    return _started(op, op_id, kind, owner, raise_on_duplicate, [], using)
+
+
+def _started(
+    op: Operation | None, op_id: str, kind: str, owner: str, raise_on_duplicate: bool, after: list[str], using: str
+) -> Operation:
+    """What ``start`` returns once its statement ran: the new operation, or the existing one."""
     if op is not None:
         op.created = True
         return op
     # A duplicate wrote nothing (and left the caller's transaction usable).
-    existing = Operation.objects.using(using).get(pk=op_id)
+    existing = Operation.objects.using(using).filter(pk=op_id).first()
+    if existing is None:  # not a duplicate: a dependency went (reaped) after it was checked
+        deps.check_after(after, using=using)
+        raise UnknownDependency(after)
     if existing.owner != owner or existing.kind != kind:
         raise DuplicateOperation(
             f"operation id {op_id!r} is already used by another operation; choose another id",
@@ -176,9 +219,9 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
         op = store.cancel(op_id, owner=owner, using=using)
         if op is not None:
             if op.state == State.CANCELLED:
+                # A dependent still waiting has no work item: cancel_key then stops nothing.
                 WorkItem.objects.db_manager(using).cancel_key(op.id, queue=op.queue)
-                if op.parent_id:
-                    batches.fan_in([op.id], using=using)
+                deps.ended([op], using=using)
             if op.workflow:
                 for child in child_ids(op.id, using=using):  # what it started goes with it
                     cancel(child, using=using)

@@ -30,6 +30,7 @@ _JSON = {"request", "result_detail", "attempt_log"}
 WATCHES_TABLE = f"{configured_table()}_watches"
 STEPS_TABLE = f"{configured_table()}_steps"
 SIGNALS_TABLE = f"{configured_table()}_signals"
+DEPS_TABLE = f"{configured_table()}_dependencies"
 
 
 def generated_fragments() -> dict[str, str]:
@@ -40,6 +41,7 @@ def generated_fragments() -> dict[str, str]:
         "watches": WATCHES_TABLE,
         "steps": STEPS_TABLE,
         "signals": SIGNALS_TABLE,
+        "deps": DEPS_TABLE,
         "op": sql.column_list(f"o.{c}" for c in OP_COLUMNS),
         "op_light": sql.column_list(f"o.{c}" for c in LIGHT_COLUMNS),
         "op_run": sql.column_list(f"o.{c}" for c in RUN_COLUMNS),
@@ -494,3 +496,56 @@ def fork(
     """``op_fork``: the new run, or None (the id is taken, or ``source`` is not a workflow)."""
     params = {"id": id, "source": source, "from_step": from_step, "queue_channel": queue_channel}
     return first_operation(run("op_fork", params, using=using), using=using)
+
+
+# -- dependencies (operations.deps) -----------------------------------------------
+
+
+def start_after(
+    *,
+    id: str,
+    kind: str,
+    owner: str,
+    queue: str,
+    priority: int,
+    request: Any,
+    count_label: str,
+    max_attempts: int,
+    after: list[str],
+    queue_channel: str,
+    trace_context: Any = None,
+    workflow: bool = False,
+    using: str = DEFAULT_DB_ALIAS,
+) -> Operation | None:
+    """``op_start_after``: the new operation (pending, or failed dependency_failed), or None when
+    nothing was written (the id is taken, or a dependency has gone)."""
+    rows = run(
+        "op_start_after",
+        {
+            "id": id,
+            "kind": kind,
+            "owner": owner,
+            "queue": queue,
+            "priority": priority,
+            "request": Jsonb(request),
+            "count_label": count_label,
+            "max_attempts": max_attempts,
+            "after": after,
+            "queue_channel": queue_channel,
+            "trace_context": trace_context,
+            "workflow": workflow,
+        },
+        using=using,
+    )
+    return first_operation(rows, using=using)
+
+
+def deps_settle(ids: list[str], *, queue_channel: str, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """``op_deps_settle``: count these ended operations on their dependents; (id, state, deps_open, ...)
+    per dependent changed."""
+    return run("op_deps_settle", {"ids": ids, "queue_channel": queue_channel}, using=using)
+
+
+def deps_due(*, limit: int, using: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """``op_deps_due``: ids of ended operations with an edge never counted on its dependent, locked."""
+    return [row[0] for row in run("op_deps_due", {"limit": limit}, using=using)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db import DEFAULT_DB_ALIAS
 
-from operations import batches, service, store
+from operations import batches, deps, service, store
 from operations.conf import ops_settings
 from workqueue.hooks import MoveReason
 
@@ -38,7 +38,7 @@ def on_items_moved(items, reason: MoveReason, *, using: str = DEFAULT_DB_ALIAS) 
     if reason in _SETTLE:
         state, code, message = _SETTLE[reason]
         ended = store.settle_from_queue(ids, state=state, error_code=code, error_message=message, using=using)
-        batches.fan_in(ended, using=using)
+        deps.ended(ended, using=using)
     elif reason in (MoveReason.REQUEUED, MoveReason.TIMED_OUT_RETRYING, MoveReason.RUNNER_DIED_RETRYING):
         # The item goes round again: the next begin takes the operation at once (a new attempt).
         store.expire_lease(ids, using=using)
@@ -47,8 +47,13 @@ def on_items_moved(items, reason: MoveReason, *, using: str = DEFAULT_DB_ALIAS) 
 
 
 def recover_sweep(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str, int]:
-    # Stranded operations, then children whose end was never counted on their batch or chain.
-    return {**service.recover(using=using, dry_run=dry_run), **batches.recover(using=using, dry_run=dry_run)}
+    # Stranded operations, then children whose end was never counted on their batch or chain,
+    # then ended operations whose dependents were never decided.
+    return {
+        **service.recover(using=using, dry_run=dry_run),
+        **batches.recover(using=using, dry_run=dry_run),
+        **deps.recover(using=using, dry_run=dry_run),
+    }
 
 
 def reap_sweep(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str, int]:

@@ -1,7 +1,7 @@
 -- The operation fragments: pieces of SQL that more than one statement of
 -- operations/sql/queries.sql writes the same way (operations/store.py loads them on top of
 -- workqueue's; the syntax is workqueue/sql/fragments.sql's). Generated in operations/store.py:
--- {table} and {watches} (the tables' names, from OPERATIONS TABLE_PREFIX) and the column lists
+-- {table}, {watches}, {steps}, {signals} and {deps} (the tables' names, from OPERATIONS TABLE_PREFIX) and the column lists
 -- {op}, {op_light} (without request and attempt log) and {op_run} (without the attempt log).
 --
 -- Fragments here:
@@ -12,6 +12,7 @@
 --   {op_cancelable:O}    whether operation row O may be cancelled (a boolean)
 --   {op_cancel_set:O}    the SET list of the cancel of operation row O
 --   {wf_held}            whether the run writing a workflow step holds operation %(id)s
+--   {dep_failed_message:ID, STATE, CODE}  a dependent's error_message when dependency ID ended STATE
 
 
 -- fragment: notify(op_id)
@@ -77,3 +78,10 @@ updated_at = now(), revision = $o.revision + 1
 -- the lease proof %(token)s (a boolean). A run that lost its hold records nothing.
 EXISTS (SELECT 1 FROM {table} AS held_op
         WHERE held_op.id = %(id)s::text AND held_op.lease_token = %(token)s::uuid AND held_op.state = 'running')
+
+
+-- fragment: dep_failed_message(id, state, code)
+-- What a dependent that can no longer run says of its dependency ID, which ended STATE
+-- (failed or cancelled) with error code CODE: its error_message.
+format('dependency %%s ended %%s%%s; it will not run: start it again once its dependencies can succeed',
+       $id, $state, CASE WHEN $code <> '' THEN format(' (%%s)', $code) ELSE '' END)

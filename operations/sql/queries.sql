@@ -59,7 +59,8 @@ SELECT {op_light} FROM {table} o WHERE o.id = ANY(%(ids)s::text[]);
 -- worker's lease (the work item's proof), charging one attempt. Exactly one worker matches.
 -- The work item is written first (its lease moved, proof checked under its row lock, so a
 -- concurrent requeue or force stop is seen), and the operation is taken only through it, to
--- the same expiry. A requested cancellation is never begun: op_settle_unbegun ends it.
+-- the same expiry. A requested cancellation is never begun: op_settle_unbegun ends it. Nor is
+-- a dependent still waiting for its dependencies (deps_open above 0), whatever item names it.
 WITH item AS (
     {item_extend_held:%(item_id)s, %(token)s, %(lease)s}
 ),
@@ -74,7 +75,7 @@ began AS (
     FROM item
     WHERE o.id = %(id)s
       AND (o.state = 'pending' OR (o.state = 'running' AND o.claimed_until < now()))
-      AND o.attempts < o.max_attempts AND NOT o.cancel_requested
+      AND o.attempts < o.max_attempts AND NOT o.cancel_requested AND o.deps_open = 0
     RETURNING {op_run}
 )
 SELECT began.*, {notify:began.id}, {relaxed} FROM began;
@@ -297,10 +298,11 @@ SELECT r.id, {notify:r.id} FROM r;
 -- name: op_stranded
 -- recover: unfinished operations nothing will pick up: pending for longer than the grace with
 -- no live work item (the enqueue was lost), and running ones whose lease lapsed that long ago
--- with no live work item. Locked so concurrent sweeps never re-offer one twice.
+-- with no live work item. Locked so concurrent sweeps never re-offer one twice. A dependent
+-- still waiting for its dependencies (deps_open above 0) has no work item by design: never it.
 SELECT o.id, o.queue, o.attempts, o.max_attempts, o.priority
 FROM {table} AS o
-WHERE ((o.state = 'pending' AND o.updated_at < coalesce(%(now)s, now()) - make_interval(secs => %(after)s))
+WHERE ((o.state = 'pending' AND o.deps_open = 0 AND o.updated_at < coalesce(%(now)s, now()) - make_interval(secs => %(after)s))
     OR (o.state = 'running' AND o.claimed_until < coalesce(%(now)s, now()) - make_interval(secs => %(after)s)))
   AND NOT {item_live_for:o.queue, o.id}
 ORDER BY o.updated_at
@@ -312,7 +314,8 @@ FOR UPDATE OF o SKIP LOCKED;
 -- reap: delete terminal operations finished longer than the retention ago, a batch at a time
 -- (of top-level operations). A child goes only with its parent, in the same statement, never
 -- before it (a parent ends only once all its children have): a batch's rows go together. A
--- workflow's recorded steps and its signals go with it.
+-- workflow's recorded steps and its signals go with it, and so do the dependency edges of
+-- every row deleted (those onto it only once counted: an uncounted one is recover's to decide).
 WITH doomed AS (
     SELECT id FROM {table}
     WHERE state IN ('succeeded', 'failed', 'cancelled')
@@ -326,6 +329,17 @@ steps AS (
 ),
 signals AS (
     DELETE FROM {signals} AS g WHERE g.op_id IN (SELECT id FROM doomed)
+),
+gone AS (
+    SELECT id FROM doomed
+    UNION ALL
+    SELECT k.id FROM {table} AS k WHERE k.parent_id IS NOT NULL AND k.parent_id IN (SELECT id FROM doomed)
+),
+edges AS (
+    DELETE FROM {deps} AS e
+    WHERE e.id IN (SELECT x.id FROM {deps} AS x WHERE x.op_id IN (SELECT id FROM gone)
+                   UNION
+                   SELECT x.id FROM {deps} AS x WHERE x.decided AND x.after_id IN (SELECT id FROM gone))
 )
 DELETE FROM {table}
 WHERE id IN (SELECT id FROM doomed)
@@ -741,3 +755,169 @@ item AS (
     RETURNING pg_notify(%(queue_channel)s::text, w.queue)
 )
 SELECT ins.*, (SELECT count(*) FROM copied) AS copied, (SELECT count(*) FROM item) AS enqueued FROM ins;
+
+
+-- ---------------------------------------------------------------------------------------
+-- Dependencies (operations/deps.py): start(..., after=[ids]). An edge in {deps} says
+-- operation op_id runs once after_id succeeded. A dependent waits pending with no work item
+-- while deps_open (its dependencies not yet succeeded) is above 0, so begin, recover and the
+-- lease sweeps never touch it; its dependencies' ends decide it, in the transaction that ends
+-- each of them (op_deps_settle), as a batch's children's ends settle it. has_dependents marks
+-- an operation with dependents, so the ends of all others skip the decision.
+-- Lock order, as everywhere: work items, then operations; among operations, a dependency
+-- before its dependents (a start locks its dependencies, an end's decision its dependents).
+
+
+-- name: op_start_after
+-- Record a pending operation that runs after the operations %(after)s (distinct ids that the
+-- caller checked exist), its edges and, when none is left to wait for, its work item, in one
+-- statement. The dependencies' rows are locked first (an UPDATE, whose RETURNING reads each
+-- row as its last committed writer left it), so a dependency ending concurrently is
+-- serialised with this start: ended before, it is seen ended; ended after, its end sees this
+-- edge. They are locked oldest first (created_at, then id), the order in which an end's
+-- decision locks dependents: a dependency is always older than what depends on it, so a start
+-- and an end never wait for each other in a cycle. An unfinished dependency is marked has_dependents. deps_open counts the dependencies
+-- not yet succeeded; an edge onto one already ended is recorded decided (its end was counted
+-- here). When one already failed or was cancelled, the operation is recorded failed at once
+-- (dependency_failed, naming it). Nothing is written when a dependency has gone (reaped since
+-- the caller's check) or the id is taken: ON CONFLICT DO NOTHING, as op_start.
+WITH locked AS (
+    SELECT a.id FROM {table} AS a
+    WHERE a.id = ANY(%(after)s::text[])
+    ORDER BY a.created_at, a.id
+    FOR UPDATE OF a
+),
+dep AS (
+    UPDATE {table} AS a SET has_dependents = a.has_dependents OR a.state IN ('pending', 'running')
+    FROM locked
+    WHERE a.id = locked.id
+    RETURNING a.id, a.state, a.error_code
+),
+v AS (
+    SELECT count(*) AS n, count(*) FILTER (WHERE dep.state <> 'succeeded') AS open,
+           (array_agg({dep_failed_message:dep.id, dep.state, dep.error_code} ORDER BY dep.id)
+                FILTER (WHERE dep.state IN ('failed', 'cancelled')))[1] AS bad
+    FROM dep
+),
+ins AS (
+    INSERT INTO {table} AS o (id, kind, owner, state, queue, priority, request, count_label, max_attempts,
+                              workflow, deps_open, error_code, error_message, error_retryable, finished_at,
+                              created_at, updated_at)
+    SELECT %(id)s, %(kind)s, %(owner)s, CASE WHEN v.bad IS NULL THEN 'pending' ELSE 'failed' END, %(queue)s,
+           %(priority)s, %(request)s, %(count_label)s, %(max_attempts)s, %(workflow)s, v.open,
+           CASE WHEN v.bad IS NULL THEN '' ELSE 'dependency_failed' END, coalesce(v.bad, ''),
+           CASE WHEN v.bad IS NULL THEN NULL ELSE false END, CASE WHEN v.bad IS NULL THEN NULL ELSE now() END,
+           now(), now()
+    FROM v
+    WHERE v.n = cardinality(%(after)s::text[])
+    ON CONFLICT (id) DO NOTHING
+    RETURNING {op}
+),
+edge AS (
+    INSERT INTO {deps} (op_id, after_id, decided)
+    SELECT ins.id, dep.id, dep.state NOT IN ('pending', 'running') FROM ins, dep
+    RETURNING after_id
+),
+item AS (
+    {item_insert:(
+        SELECT ins.queue, ins.id AS key, NULL::text AS environment_id, ins.priority, now() AS run_after,
+               0 AS attempts, ins.max_attempts, jsonb_build_object() AS metadata,
+               %(trace_context)s::jsonb AS trace_context, false AS wire, NULL::text AS group_key
+        FROM ins
+        WHERE ins.state = 'pending' AND ins.deps_open = 0
+    )}
+    {item_skip_live}
+    RETURNING pg_notify(%(queue_channel)s::text, w.queue)
+)
+SELECT ins.*, (SELECT count(*) FROM edge) AS edges FROM ins;
+
+
+-- name: op_deps_settle
+-- The dependency decision, run in the transaction of every write that ends an operation,
+-- right after it (and after the fan-in), with the ended ids: count each ended operation's end
+-- on its dependents, once per edge. A succeeded dependency lowers its pending dependents'
+-- deps_open, under each dependent's row lock (the UPDATE reads the row as the last committed
+-- decision left it, so two dependencies ending at once both count); a dependent reaching 0
+-- gets its work item, in this statement (idle workers woken once per queue at commit). A
+-- failed or cancelled one ends its pending dependents failed, dependency_failed, naming it
+-- and how it ended; the caller runs this statement again on the ids it returns ended (their
+-- own dependents), until none.
+-- Exactly once: an edge is counted only while its decided is false, and this statement sets
+-- it (re-checked under the edge's row lock, so two callers cannot both count it). Edges are
+-- locked in id order and dependents oldest first (as op_start_after locks dependencies), so
+-- two ends sharing dependents never deadlock. Every edge
+-- onto an ended operation is already in this statement's snapshot: a start that adds one
+-- locks the dependency's row first and commits before the write that ends it takes that
+-- lock, and a start after that sees it ended and records its edge decided.
+-- A dependent no longer pending (cancelled while it waited, or failed by another dependency)
+-- is left as it is; its edge is marked decided all the same.
+WITH open AS (
+    SELECT e.id, a.state, a.error_code
+    FROM {deps} AS e JOIN {table} AS a ON a.id = e.after_id
+    WHERE a.id = ANY(%(ids)s::text[]) AND a.has_dependents AND a.state IN ('succeeded', 'failed', 'cancelled')
+      AND NOT e.decided
+    ORDER BY e.id
+    FOR UPDATE OF e
+),
+edge AS (
+    UPDATE {deps} AS e SET decided = true
+    FROM open
+    WHERE e.id = open.id AND NOT e.decided
+    RETURNING e.op_id, e.after_id, open.state, open.error_code
+),
+tally AS (
+    SELECT e.op_id, count(*) FILTER (WHERE e.state = 'succeeded') AS ok,
+           (array_agg({dep_failed_message:e.after_id, e.state, e.error_code} ORDER BY e.after_id)
+                FILTER (WHERE e.state <> 'succeeded'))[1] AS bad
+    FROM edge AS e
+    GROUP BY e.op_id
+),
+held AS (
+    SELECT d.id FROM {table} AS d
+    WHERE d.id IN (SELECT tally.op_id FROM tally)
+    ORDER BY d.created_at, d.id
+    FOR UPDATE OF d
+),
+settled AS (
+    UPDATE {table} AS o
+    SET deps_open = o.deps_open - t.ok,
+        state = CASE WHEN t.bad IS NULL THEN o.state ELSE 'failed' END,
+        error_code = CASE WHEN t.bad IS NULL THEN o.error_code ELSE 'dependency_failed' END,
+        error_message = CASE WHEN t.bad IS NULL THEN o.error_message ELSE t.bad END,
+        error_retryable = CASE WHEN t.bad IS NULL THEN o.error_retryable ELSE false END,
+        finished_at = CASE WHEN t.bad IS NULL THEN o.finished_at ELSE now() END,
+        updated_at = now(), revision = o.revision + 1
+    FROM tally AS t, held AS h
+    WHERE o.id = t.op_id AND h.id = o.id AND o.state = 'pending' AND o.deps_open > 0
+    RETURNING o.id, o.state, o.deps_open, o.queue, o.priority, o.max_attempts
+),
+item AS (
+    {item_insert:(
+        SELECT s.queue, s.id AS key, NULL::text AS environment_id, s.priority, now() AS run_after,
+               0 AS attempts, s.max_attempts, jsonb_build_object() AS metadata, NULL::jsonb AS trace_context,
+               false AS wire, NULL::text AS group_key
+        FROM settled AS s
+        WHERE s.state = 'pending' AND s.deps_open = 0
+    )}
+    {item_skip_live}
+    RETURNING w.queue
+),
+woke AS (
+    SELECT pg_notify(%(queue_channel)s::text, q.queue) FROM (SELECT DISTINCT item.queue FROM item) AS q
+)
+SELECT s.id, s.state, s.deps_open, (SELECT count(*) FROM woke) AS woken, {notify:s.id}
+FROM settled AS s;
+
+
+-- name: op_deps_due
+-- recover: ended operations with an edge never counted on its dependent (only a decision
+-- lost between statements leaves one: a runner whose operation gained a dependent while it
+-- ran decides right after its end, in a second transaction). Locked, so an operation whose
+-- ending transaction is still open is skipped, and concurrent sweeps never decide one twice
+-- (op_deps_settle re-checks decided under the edge's lock anyway).
+SELECT a.id FROM {table} AS a
+WHERE a.id IN (SELECT e.after_id FROM {deps} AS e WHERE NOT e.decided)
+  AND a.state IN ('succeeded', 'failed', 'cancelled')
+ORDER BY a.finished_at
+LIMIT %(limit)s
+FOR UPDATE OF a SKIP LOCKED;

@@ -20,6 +20,8 @@
 - test.ops.chatty: says 2000 characters, then fails for good with a 3000-character message.
 - test.ops.typed: takes a TypedRequest dataclass.
 - test.ops.chaos.quick / .slow / .doomed / .flaky: the chaos test's mix.
+- test.ops.deps.spawn: starts ``kind`` with ``after=[itself]`` from inside its run (so it gains a
+  dependent while it runs), ``pause`` seconds after that, then succeeds.
 - test.ops.batch.child: a batch child: ``n`` rows after ``pause`` seconds, failing (retried) on
   the attempts listed in ``fail_on``; test.ops.batch.doomed fails for good (code doomed);
   test.ops.batch.then is a then: reads ``reporter.parent`` and every child, returns what it saw;
@@ -314,3 +316,13 @@ async def async_flaky(request, reporter):
     if reporter.attempt.number == 1:
         raise operations.Fail("flaky", "attempt %d failed", reporter.attempt.number)
     return {"attempt": reporter.attempt.number}
+
+
+# -- dependencies (tests/operations/test_deps.py, test_deps_processes.py) ----------------
+
+
+@kind("test.ops.deps.spawn")
+def deps_spawn(request, reporter):
+    dependent = operations.start(request.get("kind", "test.ops.batch.child"), {"n": 1}, after=[reporter.op_id])
+    time.sleep(float(request.get("pause", 0)))
+    return {"dependent": dependent.id}

@@ -17,7 +17,7 @@ began AS (
     FROM item
     WHERE o.id = %(id)s
       AND (o.state = 'pending' OR (o.state = 'running' AND o.claimed_until < now()))
-      AND o.attempts < o.max_attempts AND NOT o.cancel_requested
+      AND o.attempts < o.max_attempts AND NOT o.cancel_requested AND o.deps_open = 0
     RETURNING o.id, o.kind, o.owner, o.state, o.queue, o.priority, o.request, o.units_total, o.units_done,
         o.unit, o.message, o.count_label, o.count, o.result_uri, o.result_detail, o.error_code,
         o.error_message, o.error_retryable, o.attempts, o.max_attempts, o.cancel_requested, o.revision,

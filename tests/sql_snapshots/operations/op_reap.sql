@@ -12,6 +12,17 @@ steps AS (
 ),
 signals AS (
     DELETE FROM operations_signals AS g WHERE g.op_id IN (SELECT id FROM doomed)
+),
+gone AS (
+    SELECT id FROM doomed
+    UNION ALL
+    SELECT k.id FROM operations AS k WHERE k.parent_id IS NOT NULL AND k.parent_id IN (SELECT id FROM doomed)
+),
+edges AS (
+    DELETE FROM operations_dependencies AS e
+    WHERE e.id IN (SELECT x.id FROM operations_dependencies AS x WHERE x.op_id IN (SELECT id FROM gone)
+                   UNION
+                   SELECT x.id FROM operations_dependencies AS x WHERE x.decided AND x.after_id IN (SELECT id FROM gone))
 )
 DELETE FROM operations
 WHERE id IN (SELECT id FROM doomed)
