@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from operations import arguments, store
+from operations import arguments, deps, store
 from operations.conf import ops_settings
 from operations.exceptions import DuplicateOperation, InvalidRequest, OperationNotFound
 from operations.ids import check_id, new_id
@@ -293,8 +293,6 @@ def cancel(op_id: str, *, owner: str | None = None, using: str = DEFAULT_DB_ALIA
             return parent
         rows = store.cancel_children(op_id, using=using)
         store.cancel(op_id, owner=owner, using=using)
-        from operations import deps  # it builds on this module
-
         deps.ended([child for child, state in rows if state == State.CANCELLED], using=using)
     return _get(op_id, owner=owner, using=using)
 
@@ -324,8 +322,6 @@ def recover(*, using: str = DEFAULT_DB_ALIAS, dry_run: bool = False) -> dict[str
         due = store.fan_in_due(limit=ops_settings().recover_batch, using=using)
         if dry_run or not due:
             return {"fanned_in": len(due), "parents_settled": 0}
-        from operations import deps  # it builds on this module
-
         # The one hook: the fan-in, then the decision of the settled parents' dependents.
         rows = deps.ended(due, using=using)
     return {"fanned_in": len(due), "parents_settled": sum(1 for row in rows if row[1] in TERMINAL_STATES)}

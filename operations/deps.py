@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from operations import batches, store
+from operations import store
 from operations.conf import ops_settings
 from operations.exceptions import InvalidRequest, OperationNotFound, UnknownDependency
 from operations.ids import check_id
@@ -85,10 +85,10 @@ def ended(ops: Iterable[str | Operation], *, using: str = DEFAULT_DB_ALIAS) -> l
         elif op:
             ids.append(op)
             deps.append(op)
-    if ids:
-        rows = batches.fan_in(ids, using=using)
-        deps += [row[0] for row in rows if row[1] in TERMINAL_STATES]
     channel = wq_settings().notify_channel
+    if ids:
+        rows = store.fan_in(ids, queue_channel=channel, using=using)  # the batches' fan-in (operations.batches)
+        deps += [row[0] for row in rows if row[1] in TERMINAL_STATES]
     while deps:
         # A dependent failed here ends its own dependents (they have no parent: no fan-in).
         decided = store.deps_settle(deps, queue_channel=channel, using=using)

@@ -114,8 +114,12 @@ def test_operations_workflows_and_tasks_run_in_children_as_on_threads(make_worke
     assert wait_for_state(flow.id, "succeeded", "failed", timeout=90).result.detail == {"steps": [0, 1, 2, 3]}
     wait_until(lambda: result.refresh() or result.is_finished, timeout=90, message="the task to finish")
     assert result.return_value == 5
-    children = set(Worker.objects.get(pk="ops-pool").pool.get("children") or [])
-    assert children and proc.pid not in children
+    children = wait_until(
+        lambda: set(Worker.objects.get(pk="ops-pool").pool.get("children") or []),
+        timeout=30,
+        message="the heartbeat to name the children",
+    )
+    assert proc.pid not in children
     assert proc.alive()
 
 
