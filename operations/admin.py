@@ -366,4 +366,5 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
                 context["op_children"] = self._children_page(request, obj)
             if obj.workflow:
                 context["op_workflow"] = admin_workflows.page_context(obj, can_fork=self.has_fork_permission(request))
+            context["op_graph"] = admin_workflows.dependency_graph(obj)
         return super().render_change_form(request, context, add, change, form_url, obj)

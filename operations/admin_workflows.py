@@ -1,5 +1,6 @@
 """The workflow parts of an operation's admin page: its steps as a timeline, what it waits
-for and until when, its signals, and "Fork from this step" (with the change permission).
+for and until when, its signals, "Fork from this step" (with the change permission), and for
+``start(..., after=[...])`` a small graph of the operations it waits on and that wait on it.
 
 Kept apart from ``operations.admin`` (which calls these): the page's data in one place, read
 with one query per table, and the one action it adds."""
@@ -10,6 +11,7 @@ import json
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -76,6 +78,67 @@ def page_context(op: Operation, *, can_fork: bool) -> dict:
         if op.forked_from_id
         else None,
         "fork_url": reverse("admin:operations_operation_fork", args=[op.pk]) if can_fork else None,
+    }
+
+
+MAX_NODES = 12  # per side of the dependency graph; the rest are counted
+
+
+def dependency_graph(op: Operation) -> dict | None:
+    """The operations ``op`` waits on (left) and that wait on it (right), as an inline SVG's
+    boxes and lines; None when it has neither. Two index reads and one read of their rows."""
+    from operations.models import OperationDependency
+
+    edges = OperationDependency.objects.filter(Q(op_id=op.pk) | Q(after_id=op.pk)).values_list("op_id", "after_id")
+    before = sorted({after for dependent, after in edges if dependent == op.pk})
+    after = sorted({dependent for dependent, dep in edges if dep == op.pk})
+    if not before and not after:
+        return None
+    shown = {
+        o.pk: o
+        for o in Operation.objects.filter(pk__in=[*before[:MAX_NODES], *after[:MAX_NODES]]).only("kind", "state")
+    }
+    row_h, width, box_w = 28, 720, 220
+    rows = max(len(before[:MAX_NODES]), len(after[:MAX_NODES]), 1)
+    height = rows * row_h + 8
+    centre = height / 2
+
+    def nodes(ids, x):
+        out = []
+        for n, op_id in enumerate(ids[:MAX_NODES]):
+            other = shown.get(op_id)
+            y = 4 + n * row_h + (height - 8 - len(ids[:MAX_NODES]) * row_h) / 2
+            out.append(
+                {
+                    "x": x,
+                    "y": y,
+                    "ty": y + 17,
+                    "cy": y + 12,
+                    "id": op_id,
+                    "label": f"{other.kind if other else '(reaped)'} · {other.state if other else ''}".strip(" ·"),
+                    "state": other.state if other else "gone",
+                    "url": reverse("admin:operations_operation_change", args=[op_id]),
+                }
+            )
+        return out
+
+    left, right = nodes(before, 0), nodes(after, width - box_w)
+    return {
+        "width": width,
+        "height": height,
+        "box_w": box_w,
+        "mid_x": (width - box_w) / 2,
+        "mid_y": centre - 12,
+        "mid_ty": centre + 5,
+        "centre": centre,
+        "left": left,
+        "right": right,
+        "left_edge": box_w,
+        "right_edge": width - box_w,
+        "more_before": max(0, len(before) - MAX_NODES),
+        "more_after": max(0, len(after) - MAX_NODES),
+        "self_label": f"{op.kind} · {op.state}",
+        "waiting": op.deps_open,
     }
 
 

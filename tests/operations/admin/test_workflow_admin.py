@@ -84,3 +84,19 @@ def test_the_list_filters_workflows_and_waiting_ones(admin_client):
     assert waiting.id in workflows and done.id in workflows and plain.id not in workflows
     now_waiting = admin_client.get(url, {"workflow": "waiting"}).content.decode()
     assert waiting.id in now_waiting and done.id not in now_waiting
+
+
+def test_an_operations_page_draws_what_it_waits_on_and_what_waits_on_it(admin_client, viewer):
+    a = operations.start("test.ops.count", {"steps": 1})
+    b = operations.start("test.ops.count", {"steps": 1}, after=[a.id])
+    c = operations.start("test.ops.count", {"steps": 1}, after=[a.id])
+    d = operations.start("test.ops.count", {"steps": 1}, after=[b.id, c.id])
+    html = page(admin_client, b.id)
+    assert 'id="op-dependencies"' in html and "<svg" in html
+    links = html[html.index('id="op-dependency-links"') :]
+    assert f"after <a href=\"/admin/operations/operation/{a.id}/change/\">{a.id}</a>" in links
+    assert f"before <a href=\"/admin/operations/operation/{d.id}/change/\">{d.id}</a>" in links
+    assert "(1 not yet succeeded)" in html
+    d_page = page(viewer, d.id)  # view-only staff see it too
+    assert d_page.count("after <a") == 2 and "before <a" not in d_page
+    assert 'id="op-dependencies"' not in page(admin_client, operations.start("test.ops.count", {}).id)
