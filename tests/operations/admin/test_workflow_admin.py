@@ -94,8 +94,8 @@ def test_an_operations_page_draws_what_it_waits_on_and_what_waits_on_it(admin_cl
     html = page(admin_client, b.id)
     assert 'id="op-dependencies"' in html and "<svg" in html
     links = html[html.index('id="op-dependency-links"') :]
-    assert f"after <a href=\"/admin/operations/operation/{a.id}/change/\">{a.id}</a>" in links
-    assert f"before <a href=\"/admin/operations/operation/{d.id}/change/\">{d.id}</a>" in links
+    assert f'after <a href="/admin/operations/operation/{a.id}/change/">{a.id}</a>' in links
+    assert f'before <a href="/admin/operations/operation/{d.id}/change/">{d.id}</a>' in links
     assert "(1 not yet succeeded)" in html
     d_page = page(viewer, d.id)  # view-only staff see it too
     assert d_page.count("after <a") == 2 and "before <a" not in d_page
