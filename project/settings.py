@@ -152,6 +152,7 @@ WORKQUEUE = {
         "default": {},
         "demo.noop": {"lease": 30},
         "demo.cpu": {"lease": 60},
+        "demo.hang": {"max_attempts": 1},
         "demo.sleep": {"lease": 30, "stall": None},
         "demo.fail": {"max_attempts": 3, "retry_delay": 2, "retry_backoff": 2.0},
         "demo.capped": {"max_running": 2},

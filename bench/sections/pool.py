@@ -4,14 +4,17 @@
   with 2 child processes (``--pool processes``): on 2 cores the threads share one GIL, the
   children do not;
 - no-op: the ``demo.noop`` drain with 2 children as a ratio to the same drain with 2 threads:
-  what the pipe to a child costs per item.
+  what the pipe to a child costs per item;
+- timeout: how long past its 1 s ``timeout`` a ``demo.hang`` run (deaf to every stop) is ended,
+  on a thread and on a child.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 
-from bench.harness import ThrowawayDatabase, drain_once, reset
+from bench.harness import ThrowawayDatabase, Workers, drain_once, reset, wait_drained
 from bench.report import Options, Report
 
 
@@ -50,3 +53,36 @@ def bench_pool(opts: Options, db: ThrowawayDatabase, report: Report) -> None:
         "items/s",
         note=f"{noop_processes / noop_threads:.2f}× the same drain on 2 threads ({noop_threads:,.0f}/s): the pipe",
     )
+
+    overrun = {name: _overrun(opts, db, args) for name, args in (("thread", ()), ("child", ("--pool", "processes")))}
+    report.add(
+        "pool: a run past its 1 s timeout, ended after",
+        overrun["child"] * 1000,
+        "ms",
+        note=f"past the limit, on a child (killed); on a thread {overrun['thread'] * 1000:.0f} ms (abandoned)",
+    )
+
+
+def _overrun(opts: Options, db: ThrowawayDatabase, args: tuple[str, ...]) -> float:
+    """Seconds past its 1 s timeout until a deaf demo.hang run was ended (median over runs)."""
+    from workqueue.models import WorkItem
+
+    overruns = []
+    for n in range(opts.runs):
+        reset()
+        workers = Workers(db.url, 1, ["--queue", "demo.hang", "--queue", "demo.noop", "--processes", "1", *args])
+        try:
+            workers.wait_ready()
+            # A first item starts the child (its start-up is not the timeout's to answer for).
+            WorkItem.objects.enqueue("demo.noop", f"warm-{n}")
+            wait_drained("demo.noop", timeout=60)
+            item, _ = WorkItem.objects.enqueue("demo.hang", f"hang-{n}")
+            deadline = time.monotonic() + 60
+            while (item := WorkItem.objects.get(pk=item.id)).state != "stopped":
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the timed-out run was not ended:\n" + workers.output())
+                time.sleep(0.02)
+            overruns.append((item.stopped_at - item.started_at).total_seconds() - 1.0)
+        finally:
+            workers.stop()
+    return statistics.median(overruns)

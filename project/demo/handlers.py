@@ -11,6 +11,8 @@
   else — the benchmark's I/O-bound probe, beside ``demo.sleep`` on threads;
 - ``demo.cpu`` does a fixed amount of pure-Python work (``rounds`` metadata, default 1,000,000)
   — the benchmark's CPU-bound probe, on threads or with ``runworker --pool processes``;
+- ``demo.hang`` ignores every stop for 30 s, under a 1 s ``timeout``: the benchmark measures how
+  soon past the limit the worker ends it;
 - ``demo.latency`` appends how long ago its item was enqueued (metadata ``t0``, epoch
   seconds) to the file named by ``BENCH_LATENCY_FILE`` — the benchmark's wake-up probe.
 """
@@ -83,3 +85,10 @@ def cpu(item, ctx):
     for n in range(int(item.metadata.get("rounds", "1000000"))):
         total = (total + n * n) % 1_000_003
     return None
+
+
+@handlers.register("demo.hang", timeout=1.0)
+def hang(item, ctx):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # deaf to ctx.cancelled: only the timeout ends it
+        time.sleep(0.01)
