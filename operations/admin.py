@@ -18,6 +18,10 @@ from operations.models import PARENT_KINDS, Operation, State
 from workqueue import values
 from workqueue.admin import FastListMixin, GuardedModelAdmin, checks_its_own_ids
 from workqueue.exceptions import InvalidInput
+from workqueue.templatetags.workqueue_admin import DASH, relative
+
+#: An id longer than this is cut in the list.
+ID_SHOWN = 12
 
 STATE_COLORS: dict[str, str] = {
     State.PENDING: "#6b7280",
@@ -46,7 +50,7 @@ def progress_bar(op: Operation) -> str:
         # No denominator: a count and a label, never a bar that pretends to know the end.
         return format_html('<span class="op-progress-text">{}</span>', text)
     return format_html(
-        '<div class="op-progress" title="{}" style="min-width:140px">'
+        '<div class="op-progress" title="{}" style="min-width:90px">'
         '<div style="background:var(--hairline-color,#ddd);border-radius:4px;height:8px;overflow:hidden">'
         '<div class="op-progress-fill" style="width:{}%;height:8px;background:{}"></div></div>'
         '<small class="op-progress-text">{}</small></div>',
@@ -104,17 +108,18 @@ class OwnerFilter(admin.SimpleListFilter):
 
 @admin.register(Operation)
 class OperationAdmin(FastListMixin, GuardedModelAdmin):
+    # What fits in 1280 px beside the sidebar and the filters; owner, batch and timing are on
+    # the operation's page.
     list_display = [
-        "id",
+        "id_display",
         "state_badge",
         "progress",
         "kind",
         "attempts_display",
-        "error_code",
-        "owner",
-        "family",
-        "timing",
+        "error_code_display",
+        "created_display",
     ]
+    list_display_links = ["id_display"]
     list_filter = ["state", KindFilter, OwnerFilter, admin_workflows.WorkflowFilter]
     search_fields = ["=id", "=owner", "kind"]
     list_per_page = 50
@@ -186,6 +191,19 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
     def has_change_permission(self, request, obj=None):
         # Only the state machine moves an operation; the page is for reading and cancelling.
         return False
+
+    @admin.display(description="id", ordering="id")
+    def id_display(self, op):
+        """The id's head (the whole id on hover and on the page): ids are 32 characters."""
+        return format_html('<code title="{}">{}…</code>', op.id, op.id[:ID_SHOWN]) if len(op.id) > ID_SHOWN else op.id
+
+    @admin.display(description="error", ordering="error_code")
+    def error_code_display(self, op):
+        return op.error_code or DASH
+
+    @admin.display(description="created", ordering="created_at")
+    def created_display(self, op):
+        return relative(op.created_at)
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, op):

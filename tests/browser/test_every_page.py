@@ -59,4 +59,5 @@ def test_page_opens_clean_at_1280_px(name, who, rows, request, as_user):
     assert page.problems == [], f"{name}: {page.problems}"
     overflow = page.scroll_overflow()
     assert overflow <= 0, f"{name} is {overflow} px wider than a 1280 px window"
-    assert page.cut_tables() == [], f"{name}: a list's columns are cut off"
+    cut = page.cut_tables()
+    assert cut == [], f"{name}: a list's columns are cut off: {cut}"

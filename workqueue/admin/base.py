@@ -48,9 +48,10 @@ BULK_ACTION_CAP = 5_000
 
 
 def state_badge(state: str, outcome: str | None = None) -> str:
-    """The badge of a work item's state (with its outcome once stopped)."""
+    """The badge of a work item's state; once stopped, its outcome alone (compact: a stopped
+    item's outcome says it stopped), the two together on hover."""
     if state == State.STOPPED and outcome:
-        return badge(f"{state} · {outcome}", OUTCOME_TONES[outcome])
+        return badge(outcome, OUTCOME_TONES[outcome], f"{state} · {outcome}")
     return badge(state, STATE_TONES[state])
 
 

@@ -35,20 +35,30 @@ from workqueue.models import (
     State,
     WorkItem,
 )
-from workqueue.templatetags.workqueue_admin import DASH, badge, duration, lease_text, seconds_between
+from workqueue.templatetags.workqueue_admin import (
+    DASH,
+    badge,
+    duration,
+    lease_text,
+    queue_chip,
+    relative,
+    seconds_between,
+    timestamp,
+)
+
+#: A key longer than this is cut in the list (the whole key is on hover and on the item's page).
+KEY_SHOWN = 22
 
 
 @admin.register(WorkItem)
 class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
+    # What fits in 1280 px beside the sidebar and the filters; the rest is on the item's page.
     list_display = (
         "key_display",
         "state_display",
-        "queue",
-        "environment",
-        "priority",
+        "queue_display",
         "attempts_display",
-        "lease_display",
-        "due_display",
+        "when_display",
         "age_display",
     )
     list_display_links = ("key_display",)
@@ -209,9 +219,23 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
 
     @admin.display(description="key")
     def key_display(self, obj):
-        if len(obj.key) <= 48:
+        if len(obj.key) <= KEY_SHOWN:
             return obj.key
-        return format_html('<span title="{}">{}…</span>', obj.key, obj.key[:47])
+        return format_html('<span title="{}">{}…</span>', obj.key, obj.key[: KEY_SHOWN - 1])
+
+    @admin.display(description="queue", ordering="queue")
+    def queue_display(self, obj):
+        return queue_chip(obj.queue, reverse(f"{self.admin_site.name}:workqueue_workitem_changelist"))
+
+    @admin.display(description="when")
+    def when_display(self, obj):
+        """The one time that matters in the item's state: due (queued), its lease (running),
+        or when it stopped."""
+        if obj.state == State.QUEUED:
+            return format_html("due {}", self.due_display(obj))
+        if obj.state == State.STOPPED:
+            return format_html("stopped {}", relative(obj.stopped_at, getattr(obj, "db_now", None)))
+        return format_html("lease {}", self.lease_display(obj))
 
     @admin.display(description="attempts")
     def attempts_display(self, obj):
@@ -225,9 +249,10 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
         if obj.lease_expires_at is None:
             return DASH
         text = lease_text(obj.lease_expires_at, getattr(obj, "db_now", None))
+        stamp = timestamp(obj.lease_expires_at)
         if text.startswith("lapsed"):
-            return format_html('<span class="wq-lapsed" title="{}">{}</span>', obj.lease_expires_at, text)
-        return format_html('<span title="{}">{}</span>', obj.lease_expires_at, text)
+            return format_html('<span class="wq-lapsed" title="{}">{}</span>', stamp, text)
+        return format_html('<span title="{}">{}</span>', stamp, text)
 
     @admin.display(description="due")
     def due_display(self, obj):
@@ -236,11 +261,15 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
         wait = seconds_between(getattr(obj, "db_now", None), obj.run_after)
         if wait is None:
             return DASH
-        return f"in {duration(wait)}" if wait < 0 else ("now" if wait < 1 else f"{duration(wait)} ago")
+        return relative(obj.run_after, getattr(obj, "db_now", None))
 
     @admin.display(description="age", ordering="-id")
     def age_display(self, obj):
-        return duration(seconds_between(getattr(obj, "db_now", None), obj.created_at))
+        return format_html(
+            '<span title="created {}">{}</span>',
+            timestamp(obj.created_at),
+            duration(seconds_between(getattr(obj, "db_now", None), obj.created_at)),
+        )
 
     @admin.display(description="last error")
     def last_error_display(self, obj):

@@ -31,7 +31,8 @@ def test_every_state_and_outcome_has_a_badge():
     for state in State.values:
         assert f">{state}<" in state_badge(state)
     for outcome in Outcome.values:
-        assert f">stopped · {outcome}<" in state_badge(State.STOPPED, outcome)
+        shown = state_badge(State.STOPPED, outcome)
+        assert f">{outcome}<" in shown and f'title="stopped · {outcome}"' in shown
 
 
 def test_every_state_is_a_filter_choice_and_shows_its_badge(admin_client, one_of_each_state):
