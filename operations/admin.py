@@ -13,10 +13,12 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from operations import admin_workflows, batches, service
+from operations.conf import ops_settings
 from operations.http import api_error, render, watch_response
 from operations.models import PARENT_KINDS, Operation, State
 from workqueue import values
 from workqueue.admin import FastListMixin, GuardedModelAdmin, checks_its_own_ids
+from workqueue.admin.base import ObjectAction, ObjectActionsMixin
 from workqueue.exceptions import InvalidInput
 from workqueue.templatetags.workqueue_admin import DASH, relative
 
@@ -69,6 +71,26 @@ def _ago(value) -> str:
     return f"{timesince(value, timezone.now())} ago"
 
 
+MASK = "••••"
+
+
+def masked(value, names: frozenset[str]):
+    """``value`` with every mapping entry whose key is in ``names`` (any case, any depth) shown as MASK."""
+    if isinstance(value, dict):
+        return {k: MASK if str(k).lower() in names else masked(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked(v, names) for v in value]
+    return value
+
+
+def pretty_json(value) -> str:
+    """A JSON value as the admin shows it: indented, keys sorted, the masked fields hidden."""
+    if value is None:
+        return DASH
+    shown = masked(value, ops_settings().admin_masked_fields)
+    return format_html('<pre class="wq-pre">{}</pre>', json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
+
+
 class KindFilter(admin.SimpleListFilter):
     """Filter by kind, offering the kinds this process runs (no DISTINCT over the whole table)."""
 
@@ -107,7 +129,7 @@ class OwnerFilter(admin.SimpleListFilter):
 
 
 @admin.register(Operation)
-class OperationAdmin(FastListMixin, GuardedModelAdmin):
+class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
     # What fits in 1280 px beside the sidebar and the filters; owner, batch and timing are on
     # the operation's page.
     list_display = [
@@ -123,9 +145,25 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
     list_filter = ["state", KindFilter, OwnerFilter, admin_workflows.WorkflowFilter]
     search_fields = ["=id", "=owner", "kind"]
     list_per_page = 50
-    list_defer = ("result_detail", "attempt_log", "error_message")
+    list_defer = ("result_detail", "attempt_log", "error_message", "request")
     ordering = ["-created_at", "-id"]
     actions = ["cancel_operations"]
+    # On the operation's own page (confirmed, POSTed; the change permission): service verbs.
+    object_actions = (
+        ObjectAction(
+            "cancel",
+            "Cancel",
+            "A pending operation is cancelled now; a running one stops when its run next looks.",
+            lambda op: not op.done and not op.cancel_requested,
+        ),
+        ObjectAction(
+            "retry",
+            "Retry",
+            "A new operation of the same kind, owner and queue, with the same request, starts now; "
+            "this one stays as it ended.",
+            lambda op: op.state in (State.FAILED, State.CANCELLED) and not op.is_parent and not op.workflow,
+        ),
+    )
     readonly_fields = [
         "id",
         "kind",
@@ -144,6 +182,7 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
         "claimed_until",
         "attempt_log_display",
         "family",
+        "request_display",
     ]
     fieldsets = [
         (
@@ -161,6 +200,7 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
                 ]
             },
         ),
+        ("Request", {"fields": ["request_display"]}),
         ("Outcome", {"fields": ["error_display", "result_display"]}),
         ("Timing", {"fields": ["timing", "claimed_until", "worker_id"]}),
         ("Queue", {"fields": ["queue", "priority", "revision"], "classes": ["collapse"]}),
@@ -169,8 +209,20 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
     change_form_template = "admin/operations/operation/change_form.html"
     children_per_page = 100
 
-    def get_queryset(self, request):
-        return super().get_queryset(request).defer("request")  # no admin page shows it
+    @admin.display(description="request")
+    def request_display(self, op):
+        """The request, pretty-printed, with OPERATIONS["ADMIN_MASKED_FIELDS"] masked."""
+        return pretty_json(op.request)
+
+    def has_object_action_permission(self, request) -> bool:
+        return self.has_cancel_permission(request)
+
+    def run_object_action(self, request, obj, name: str) -> str:
+        if name == "cancel":
+            service.cancel(obj.id)
+            return f"Asked {obj.id} to stop."
+        new = service.start(obj.kind, obj.request, owner=obj.owner, queue=obj.queue, priority=obj.priority)
+        return f"Retried {obj.id} as {new.id}."
 
     def has_add_permission(self, request):
         return False
@@ -257,9 +309,9 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
     def result_display(self, op):
         result = op.result
         if result is None:
-            return "—"
-        detail = json.dumps(result.detail, indent=2) if result.detail is not None else ""
-        return format_html("{}<pre>{}</pre>", result.uri or "", detail)
+            return DASH
+        detail = pretty_json(result.detail) if result.detail is not None else ""
+        return format_html("{}{}", result.uri or "", detail)
 
     @admin.display(description="created → started → finished")
     def timing(self, op):
@@ -327,6 +379,7 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
                 self.admin_site.admin_view(self.fork_view),
                 name="operations_operation_fork",
             ),
+            *self.object_action_urls(),
             *super().get_urls(),
         ]
 
@@ -376,6 +429,7 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
         }
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        context["object_actions"] = self.object_action_links(request, obj)
         if obj is not None:  # the row the change view already read: no second query for the panel
             context["watch_url"] = reverse("admin:operations_operation_watch", args=[obj.pk])
             context["op_done"] = obj.done

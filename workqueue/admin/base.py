@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin import widgets
-from django.contrib.admin.utils import get_fields_from_path
+from django.contrib.admin.utils import get_fields_from_path, quote, unquote
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import BadRequest
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import Http404
-from django.urls import URLPattern
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
 
 from workqueue import handlers
 from workqueue.admin import snapshot as dashboard
 from workqueue.conf import wq_settings
+from workqueue.exceptions import InvalidInput
 from workqueue.models import (
     Outcome,
     State,
@@ -264,3 +269,97 @@ class QueueFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         return queryset.filter(queue=self.value()) if self.value() else queryset
+
+
+@dataclass(frozen=True)
+class ObjectAction:
+    """A button on one row's page: ``allowed(obj)`` says whether the row's state admits it;
+    ``explain`` is what the confirmation page says it will do."""
+
+    name: str
+    label: str
+    explain: str
+    allowed: Callable[[Any], bool]
+
+
+class ObjectActionsMixin:
+    """Actions on a row's own page, each confirmed and each a POST with its CSRF token.
+
+    The page links to ``<id>/do/<name>/``: a GET there is the confirmation page (a form with
+    one button; no script, so it works with JavaScript off and under a strict CSP), its POST
+    runs :meth:`run_object_action` (a verb of the managers or service modules) and returns to
+    the row's page. Both need :meth:`has_object_action_permission` (403 otherwise), and a
+    state that admits the action (else a message, and nothing changes).
+    """
+
+    object_actions: tuple[ObjectAction, ...] = ()
+
+    def has_object_action_permission(self, request) -> bool:
+        raise NotImplementedError
+
+    def run_object_action(self, request, obj, name: str) -> str:
+        """Run the action; return what to tell the operator (raise InvalidInput to refuse)."""
+        raise NotImplementedError
+
+    def object_action_links(self, request, obj) -> list[dict]:
+        if obj is None or not self.has_object_action_permission(request):
+            return []
+        opts = self.opts  # type: ignore[attr-defined]
+        name = self.admin_site.name  # type: ignore[attr-defined]
+        return [
+            {
+                "label": a.label,
+                "explain": a.explain,
+                "url": reverse(f"{name}:{opts.app_label}_{opts.model_name}_do", args=[quote(obj.pk), a.name]),
+            }
+            for a in self.object_actions
+            if a.allowed(obj)
+        ]
+
+    def object_action_urls(self) -> list:
+        opts = self.opts  # type: ignore[attr-defined]
+        return [
+            path(
+                "<path:object_id>/do/<str:action>/",
+                self.admin_site.admin_view(self.object_action_view),  # type: ignore[attr-defined]
+                name=f"{opts.app_label}_{opts.model_name}_do",
+            )
+        ]
+
+    def object_action_view(self, request, object_id, action):
+        if not self.has_object_action_permission(request):
+            raise PermissionDenied
+        opts = self.opts  # type: ignore[attr-defined]
+        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        if obj is None:
+            return self._get_obj_does_not_exist_redirect(request, opts, object_id)  # type: ignore[attr-defined]
+        back = reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change", args=[quote(obj.pk)])  # type: ignore[attr-defined]
+        chosen = next((a for a in self.object_actions if a.name == action), None)
+        if chosen is None:
+            raise Http404(f"no action {action!r}")
+        if not chosen.allowed(obj):
+            self.message_user(
+                request, f"{chosen.label}: not possible in its state; nothing was changed.", messages.WARNING
+            )  # type: ignore[attr-defined]
+            return HttpResponseRedirect(back)
+        if request.method == "GET":
+            context = {
+                **self.admin_site.each_context(request),  # type: ignore[attr-defined]
+                "title": f"{chosen.label}: {obj}",
+                "opts": opts,
+                "object": obj,
+                "action": chosen,
+                "back": back,
+            }
+            request.current_app = self.admin_site.name  # type: ignore[attr-defined]
+            return TemplateResponse(request, "admin/workqueue/object_action_confirm.html", context)
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["GET", "POST"])
+        try:
+            said = self.run_object_action(request, obj, chosen.name)
+        except InvalidInput as exc:
+            self.message_user(request, f"{chosen.label}: {exc}. Nothing was changed.", messages.ERROR)  # type: ignore[attr-defined]
+            return HttpResponseRedirect(back)
+        self.log_change(request, obj, said)  # type: ignore[attr-defined]
+        self.message_user(request, said, messages.SUCCESS)  # type: ignore[attr-defined]
+        return HttpResponseRedirect(back)

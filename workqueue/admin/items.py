@@ -22,6 +22,8 @@ from workqueue.admin.base import (
     MAX_ACTION_ITEMS,
     FastListMixin,
     GuardedModelAdmin,
+    ObjectAction,
+    ObjectActionsMixin,
     QueueFilter,
     ReadOnlyMixin,
     SituationFilter,
@@ -31,6 +33,7 @@ from workqueue.admin.base import (
 from workqueue.conf import wq_settings
 from workqueue.exceptions import InvalidInput
 from workqueue.models import (
+    Outcome,
     QueueControl,
     State,
     WorkItem,
@@ -50,8 +53,13 @@ from workqueue.templatetags.workqueue_admin import (
 KEY_SHOWN = 22
 
 
+def _scheduled(obj) -> bool:
+    db_now = getattr(obj, "db_now", None)
+    return obj.state == State.QUEUED and db_now is not None and obj.run_after > db_now
+
+
 @admin.register(WorkItem)
-class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
+class WorkItemAdmin(ObjectActionsMixin, FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
     # What fits in 1280 px beside the sidebar and the filters; the rest is on the item's page.
     list_display = (
         "key_display",
@@ -69,6 +77,28 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
     search_fields = ("public_id", "key")
     search_help_text = "An exact work id (work_…) or key."
     actions = ("requeue_now", "force_stop", "retry_now", "run_now")
+    # The same verbs on the item's own page, where its state admits them (confirmed, POSTed).
+    object_actions = (
+        ObjectAction(
+            "retry_now",
+            "Retry now",
+            "A new run now: its attempts start again from 0 (its last error is kept).",
+            lambda obj: obj.state == State.STOPPED and obj.outcome == Outcome.FAILED,
+        ),
+        ObjectAction("run_now", "Run now", "Due at once instead of at its run_after.", _scheduled),
+        ObjectAction(
+            "requeue_now",
+            "Requeue now",
+            "Ready at once; a worker holding it loses its lease.",
+            lambda obj: obj.state in (State.QUEUED, State.STARTING, State.ACTIVE),
+        ),
+        ObjectAction(
+            "force_stop",
+            "Force stop",
+            "Settled now as cancelled; a worker holding it loses its lease.",
+            lambda obj: obj.state != State.STOPPED,
+        ),
+    )
     empty_value_display = DASH
     fieldsets = (
         (None, {"fields": ("public_id", ("queue", "key"), ("state_display", "environment"), "last_error_display")}),
@@ -112,9 +142,24 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
         paused = QueueControl.objects.filter(queue=OuterRef("queue"), paused=True)
         return super().get_queryset(request).annotate(db_now=Now(), queue_paused=Exists(paused))
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra_context = {**(extra_context or {}), "has_operate_permission": self.has_operate_permission(request)}
-        return super().change_view(request, object_id, form_url, extra_context)
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        context["object_actions"] = self.object_action_links(request, obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def has_object_action_permission(self, request) -> bool:
+        return self.has_operate_permission(request)
+
+    def run_object_action(self, request, obj, name: str) -> str:
+        verbs = {
+            "retry_now": (WorkItem.objects.retry_now, "retried"),
+            "run_now": (WorkItem.objects.run_now, "made due now"),
+            "requeue_now": (WorkItem.objects.requeue_now, "requeued"),
+            "force_stop": (WorkItem.objects.force_stop, "force-stopped"),
+        }
+        verb, done = verbs[name]
+        if not verb([obj.pk]):
+            raise InvalidInput("its state changed meanwhile")
+        return f"{obj.queue}: {done} {obj.key}."
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
@@ -136,7 +181,7 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
                 name=f"{self.opts.app_label}_dashboard_controls",
             ),
         ]
-        return urls + super().get_urls()
+        return urls + self.object_action_urls() + super().get_urls()
 
     def controls_view(self, request):
         """The dashboard's flow-control form: pause, resume or change a queue's overrides
