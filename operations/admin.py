@@ -6,21 +6,22 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin, messages
-from django.db import transaction
 from django.http import Http404
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 
 from operations import admin_workflows, batches, service
 from operations.conf import ops_settings
 from operations.http import api_error, render, watch_response
 from operations.models import PARENT_KINDS, Operation, State
+from operations.runner import CODE_CANCELLED
 from workqueue import values
 from workqueue.admin import FastListMixin, GuardedModelAdmin, checks_its_own_ids
 from workqueue.admin.base import ObjectAction, ObjectActionsMixin
 from workqueue.exceptions import InvalidInput
-from workqueue.templatetags.workqueue_admin import DASH, relative
+from workqueue.templatetags.workqueue_admin import DASH, duration, relative, timestamp
 
 #: An id longer than this is cut in the list.
 ID_SHOWN = 12
@@ -47,7 +48,8 @@ def state_badge(state: str) -> str:
 def progress_bar(op: Operation) -> str:
     p = op.progress
     fraction = p.fraction()
-    text = p.describe() or ("done" if op.done else "—")
+    # "done" only for a success: a failed or cancelled operation did not get done.
+    text = p.describe() or ("done" if op.state == State.SUCCEEDED else DASH)
     if fraction is None:
         # No denominator: a count and a label, never a bar that pretends to know the end.
         return format_html('<span class="op-progress-text">{}</span>', text)
@@ -63,12 +65,19 @@ def progress_bar(op: Operation) -> str:
     )
 
 
-def _ago(value) -> str:
-    if value is None:
-        return "—"
-    from django.utils.timesince import timesince
+def _logged_time(text) -> str:
+    """An attempt log's ISO instant in the admin's one format."""
+    if not text:
+        return DASH
+    value = parse_datetime(text)
+    return timestamp(value) if value is not None else str(text)
 
-    return f"{timesince(value, timezone.now())} ago"
+
+def _attempt_outcome(row: dict) -> str:
+    """An attempt ended by a cancellation reads "cancelled", whatever outcome it recorded."""
+    if row.get("error_code") == CODE_CANCELLED:
+        return "cancelled"
+    return row.get("outcome") or DASH
 
 
 MASK = "••••"
@@ -228,17 +237,9 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None):
-        return bool(obj is None or obj.done) and super().has_delete_permission(request, obj)
-
-    def delete_model(self, request, obj):
-        self.delete_queryset(request, Operation.objects.filter(pk=obj.pk))
-
-    def delete_queryset(self, request, queryset):
-        """A finished batch or chain goes with its children (as reap takes them): no orphans."""
-        ids = list(queryset.values_list("pk", flat=True))
-        with transaction.atomic():
-            Operation.objects.filter(parent_id__in=ids).delete()
-            Operation.objects.filter(pk__in=ids).delete()
+        # Never offered: reap deletes finished operations after OPERATIONS["RETENTION"] (a
+        # batch with its children); an operator cancels, retries or forks one instead.
+        return False
 
     def has_change_permission(self, request, obj=None):
         # Only the state machine moves an operation; the page is for reading and cancelling.
@@ -315,14 +316,14 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
 
     @admin.display(description="created → started → finished")
     def timing(self, op):
-        parts = [f"created {_ago(op.created_at)}"]
+        parts = [format_html("created {}", relative(op.created_at))]
         if op.started_at:
-            parts.append(f"queued {(op.started_at - op.created_at).total_seconds():.1f}s")
+            parts.append(f"queued {duration((op.started_at - op.created_at).total_seconds())}")
         if op.started_at and op.finished_at:
-            parts.append(f"ran {(op.finished_at - op.started_at).total_seconds():.1f}s")
+            parts.append(f"ran {duration((op.finished_at - op.started_at).total_seconds())}")
         elif op.started_at:
-            parts.append(f"running {(timezone.now() - op.started_at).total_seconds():.0f}s")
-        return " · ".join(parts)
+            parts.append(f"running {duration((timezone.now() - op.started_at).total_seconds())}")
+        return format_html_join(" · ", "{}", ((p,) for p in parts))
 
     @admin.display(description="attempt log")
     def attempt_log_display(self, op):
@@ -338,10 +339,10 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
                 (
                     (
                         r.get("number", ""),
-                        r.get("worker_id", ""),
-                        (r.get("started_at") or "")[:19],
-                        (r.get("finished_at") or "")[:19],
-                        r.get("outcome", ""),
+                        r.get("worker_id") or DASH,
+                        _logged_time(r.get("started_at")),
+                        _logged_time(r.get("finished_at")),
+                        _attempt_outcome(r),
                         " ".join(filter(None, [r.get("error_code"), r.get("error_message")])),
                     )
                     for r in rows
@@ -361,10 +362,11 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
         for op_id in queryset.active().values_list("id", flat=True)[:1000]:
             service.cancel(op_id)
             changed += 1
+        noun = "operation" if changed == 1 else "operations"
         self.message_user(
             request,
-            f"Asked {changed} operation(s) to stop: pending ones are cancelled now, running ones when their run looks.",
-            messages.SUCCESS,
+            f"Asked {changed:,} {noun} to stop: pending ones are cancelled now, running ones when their run looks.",
+            messages.SUCCESS if changed else messages.WARNING,
         )
 
     def get_urls(self):

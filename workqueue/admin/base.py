@@ -15,6 +15,7 @@ from django.contrib.admin.utils import get_fields_from_path, quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.core.paginator import Paginator
+from django.db import models
 from django.db.models import QuerySet
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -29,7 +30,7 @@ from workqueue.models import (
     Outcome,
     State,
 )
-from workqueue.templatetags.workqueue_admin import badge, duration
+from workqueue.templatetags.workqueue_admin import DASH, badge, duration, timestamp
 
 #: Badge tone of each state; a stopped item takes the tone of its outcome.
 STATE_TONES: dict[str, str] = {
@@ -120,7 +121,81 @@ def _guard(view):
     return guarded
 
 
-class GuardedModelAdmin(admin.ModelAdmin):
+def _stamp_display(name: str, label: str):
+    @admin.display(description=label, ordering=name)
+    def shown(obj):
+        return timestamp(getattr(obj, name))
+
+    return shown
+
+
+def _flag_display(name: str, label: str):
+    @admin.display(description=label, ordering=name)
+    def shown(obj):
+        return "yes" if getattr(obj, name) else ""  # False is nothing, not a red cross
+
+    return shown
+
+
+class ConsistentFormatsMixin:
+    """One way to write an instant and a flag on every page of both apps: a read-only
+    DateTimeField (on a page or in a list) is written by ``timestamp`` (seconds and zone), a
+    read-only BooleanField as "yes" or nothing (Django's red ✗ reads as an error), an empty
+    value as DASH."""
+
+    empty_value_display = DASH
+
+    def _formatted(self, name):
+        if not isinstance(name, str):
+            return name
+        try:
+            field = self.model._meta.get_field(name)  # type: ignore[attr-defined]
+        except Exception:
+            return name
+        if isinstance(field, models.DateTimeField):
+            make = _stamp_display
+        elif isinstance(field, models.BooleanField):
+            make = _flag_display
+        else:
+            return name
+        shown = f"{name}_shown"  # no "__": the admin reads that as a relation
+        if not hasattr(self, shown):
+            setattr(self, shown, make(name, str(field.verbose_name)))
+        return shown
+
+    def _format_row(self, row, readonly):
+        if isinstance(row, list | tuple):
+            return tuple(self._format_row(f, readonly) for f in row)
+        return self._formatted(row) if row in readonly else row
+
+    def with_formats(self, readonly) -> list:
+        """A read-only field list with the formatted stand-ins of its instants and flags."""
+        readonly = list(readonly)
+        return readonly + [self._formatted(f) for f in readonly if self._formatted(f) != f]
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]
+        readonly = set(self.get_readonly_fields(request, obj))
+        if obj is not None and not self.has_change_permission(request, obj):  # type: ignore[attr-defined]
+            readonly |= {f for _, opts in fieldsets for row in opts["fields"] for f in _flat(row)}
+        return [(title, {**opts, "fields": self._format_row(opts["fields"], readonly)}) for title, opts in fieldsets]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.with_formats(super().get_readonly_fields(request, obj))  # type: ignore[misc]
+
+    def get_list_display(self, request):
+        return [self._formatted(f) for f in super().get_list_display(request)]  # type: ignore[misc]
+
+    def get_list_display_links(self, request, list_display):
+        links = super().get_list_display_links(request, list_display)  # type: ignore[misc]
+        return [self._formatted(f) for f in links] if links else links
+
+
+def _flat(row):
+    return row if isinstance(row, list | tuple) else (row,)
+
+
+class GuardedModelAdmin(ConsistentFormatsMixin, admin.ModelAdmin):
     """The base of every ModelAdmin of both apps: bad input is a 400 or a 404, never a 500.
 
     - Every URL the admin serves for this model (its own and any ``get_urls()`` adds) refuses

@@ -219,7 +219,8 @@ class WorkItemAdmin(ObjectActionsMixin, FastListMixin, ReadOnlyMixin, GuardedMod
             return HttpResponseRedirect(back)
         row = QueueControl.objects.get(pk=control.queue)
         self.log_change(request, row, message)
-        self.message_user(request, f"{control.queue}: {message}", messages.SUCCESS)
+        # "demo.sleep: paused the queue.": the name as it is, the sentence after it in lower case.
+        self.message_user(request, f"{control.queue}: {message[0].lower()}{message[1:]}", messages.SUCCESS)
         return HttpResponseRedirect(back)
 
     def dashboard_view(self, request):

@@ -36,7 +36,7 @@ class KeyCreatingAdmin(GuardedModelAdmin):
         return self.create_fields if obj is None else super().get_fields(request, obj)
 
     def get_readonly_fields(self, request, obj=None):
-        return () if obj is None else self.readonly_fields
+        return () if obj is None else self.with_formats(self.readonly_fields)
 
     def save_model(self, request, obj, form, change):
         if change:

@@ -59,6 +59,9 @@ class ScheduleForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        every = self.initial.get("every")
+        if isinstance(every, float):  # "10s", which the field reads back, not "10.0"
+            self.initial["every"] = f"{every:g}s"
         if "timezone" in self.fields:
             from django.conf import settings
 
@@ -198,8 +201,28 @@ class ScheduleAdmin(ObjectActionsMixin, GuardedModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is not None and obj.source == Schedule.Source.SETTINGS:
             # Defined in settings: change it there. Pause, resume and run-now are the actions.
-            return [f for fs in self.fieldsets for row in fs[1]["fields"] for f in _flat(row)]
-        return self.record_fields
+            return self.with_formats(f for fs in self.fieldsets for row in fs[1]["fields"] for f in _flat(row))
+        return self.with_formats(self.record_fields)
+
+    def has_change_permission(self, request, obj=None):
+        # Defined in settings: a read-only view (no form, no Save buttons); change it in
+        # WORKQUEUE["SCHEDULES"]. Its actions (run now, pause, resume) stay on the page.
+        if obj is not None and obj.source == Schedule.Source.SETTINGS:
+            return False
+        return super().has_change_permission(request, obj)
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or obj.source != Schedule.Source.SETTINGS:
+            return fieldsets
+        swap = {"every": "every_display"}  # "10 s", not the stored float "10.0"
+        return [
+            (title, {**opts, "fields": tuple(_swap(row, swap) for row in opts["fields"])}) for title, opts in fieldsets
+        ]
+
+    @admin.display(description="every")
+    def every_display(self, obj):
+        return f"{obj.every:g} s" if obj.every is not None else DASH
 
     def has_delete_permission(self, request, obj=None):
         if obj is not None and obj.source == Schedule.Source.SETTINGS and obj.removed_at is None:
@@ -271,12 +294,12 @@ class ScheduleAdmin(ObjectActionsMixin, GuardedModelAdmin):
     @admin.action(description="Pause (stop firing)", permissions=["change"])
     def pause(self, request, queryset):
         changed = schedules.pause(queryset.values_list("name", flat=True))
-        self.message_user(request, f"Paused {changed} schedule(s).", messages.SUCCESS)
+        self.message_user(request, f"Paused {_schedules(changed)}.", messages.SUCCESS)
 
     @admin.action(description="Resume (fire again from the next slot)", permissions=["change"])
     def resume(self, request, queryset):
         changed = schedules.resume(queryset.filter(removed_at__isnull=True).values_list("name", flat=True))
-        self.message_user(request, f"Resumed {changed} schedule(s).", messages.SUCCESS)
+        self.message_user(request, f"Resumed {_schedules(changed)}.", messages.SUCCESS)
 
     @admin.action(description="Run now (one extra run, no slot used)", permissions=["change"])
     def run_now(self, request, queryset):
@@ -288,6 +311,16 @@ class ScheduleAdmin(ObjectActionsMixin, GuardedModelAdmin):
                 self.message_user(request, f"{name}: {exc}", messages.ERROR)
         if keys:
             self.message_user(request, f"Enqueued {', '.join(keys)}.", messages.SUCCESS)
+
+
+def _swap(row, swap: dict):
+    if isinstance(row, tuple):
+        return tuple(swap.get(f, f) for f in row)
+    return swap.get(row, row)
+
+
+def _schedules(n: int) -> str:
+    return f"{n:,} schedule" if n == 1 else f"{n:,} schedules"
 
 
 def _flat(row):
