@@ -69,8 +69,7 @@ class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
         "queues_display",
         "pool_display",
         "holding_display",
-        "processed_display",
-        "failed_display",
+        "runs_display",
     )
     list_filter = ("state", "host")
     search_fields = ("=id", "host")
@@ -96,7 +95,7 @@ class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
     def get_changelist(self, request, **kwargs):
         return WorkerChangeList
 
-    @admin.display(description="holding now")
+    @admin.display(description="holds")
     def holding_display(self, obj):
         """Links to the items it holds (its leases), the first HELD_SHOWN of them."""
         held = getattr(obj, "held", None)
@@ -149,6 +148,15 @@ class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
                 parts.append(f"{pool[key]} {word}")
         return " · ".join(parts)
 
+    @admin.display(description="runs", ordering="processed")
+    def runs_display(self, obj):
+        """Processed, and failed among them (both on the worker's page too)."""
+        if not obj.failed:
+            return f"{obj.processed:,}"
+        return format_html(
+            '{} <span class="wq-lapsed" title="failed">· {:,} failed</span>', f"{obj.processed:,}", obj.failed
+        )
+
     @admin.display(description="processed", ordering="processed")
     def processed_display(self, obj):
         return f"{obj.processed:,}"
@@ -160,7 +168,9 @@ class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
     @admin.display(description="last seen", ordering="-last_seen")
     def last_seen_display(self, obj):
         return format_html(
-            '<span title="{}">{} ago</span>', timestamp(obj.last_seen), duration(seconds_between(obj.db_now, obj.last_seen))
+            '<span title="{}">{} ago</span>',
+            timestamp(obj.last_seen),
+            duration(seconds_between(obj.db_now, obj.last_seen)),
         )
 
 
