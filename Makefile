@@ -19,7 +19,14 @@ VENVDOCS  ?= .venv-docs
 STAMPDOCS := $(VENVDOCS)/.installed
 DOCS_PORT ?= 8001
 
-.PHONY: run run-fresh test test-django52 test-embed test-pgbouncer mutants lint format bench bench-peers check venv clean \
+# The browser tests (tests/browser/): Playwright (requirements/browser.txt) in its own
+# virtualenv, driving Debian's Chromium (apt-get installs it when missing; no browser download).
+VENVBROWSER  ?= .venv-browser
+STAMPBROWSER := $(VENVBROWSER)/.installed
+CHROMIUM     ?= /usr/bin/chromium
+BROWSER_DEVDB_NAME ?= workqueue_browser
+
+.PHONY: run run-fresh test test-browser test-django52 test-embed test-pgbouncer mutants lint format bench bench-peers check venv clean \
 	docs docs-serve docs-reference
 
 $(STAMP): requirements/base.txt requirements/dev.txt pyproject.toml
@@ -45,6 +52,16 @@ $(STAMPDOCS): requirements/docs.txt
 	$(VENVDOCS)/bin/python -m pip install -q --disable-pip-version-check -r requirements/docs.txt
 	@touch $(STAMPDOCS)
 
+$(STAMPBROWSER): requirements/base.txt requirements/dev.txt requirements/browser.txt pyproject.toml
+	@PYBIN=$$(scripts/find-python) || exit 1; \
+	 if [ ! -x $(VENVBROWSER)/bin/python ]; then echo "creating $(VENVBROWSER) with $$PYBIN"; "$$PYBIN" -m venv $(VENVBROWSER) || exit 1; fi
+	$(VENVBROWSER)/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(VENVBROWSER)/bin/python -m pip install -q --disable-pip-version-check -r requirements/browser.txt -e .
+	@touch $(STAMPBROWSER)
+
+$(CHROMIUM):
+	apt-get update && apt-get install -y chromium
+
 ## run: the demo site: database, migrations, a worker, the admin, demo work.
 run: $(STAMP)
 	$(DEVDB) $(PY) scripts/run_demo.py --port $(PORT)
@@ -56,6 +73,14 @@ run-fresh: $(STAMP)
 ## test: the whole suite against a real PostgreSQL.
 test: $(STAMP)
 	$(DEVDB) $(PY) -m pytest $(COV_ARGS) $(PYTEST_ARGS)
+
+## test-browser: every admin page in Debian's Chromium (Playwright, a live server on the test
+## database, a strict CSP): no console error, no horizontal scrollbar at 1280 px, for a superuser
+## and a view-only user; screenshots in build/screenshots/.
+test-browser: $(STAMPBROWSER) $(CHROMIUM)
+	WQ_BROWSER_TESTS=1 CHROMIUM=$(CHROMIUM) DEVDB_NAME=$(BROWSER_DEVDB_NAME) \
+	 $(VENVBROWSER)/bin/python scripts/devdb.py run -- \
+	 $(VENVBROWSER)/bin/python -m pytest --ds=tests.browser_settings -p no:cacheprovider tests/browser $(PYTEST_ARGS)
 
 ## test-django52: the whole suite on Django 5.2 LTS + the django-tasks backport.
 test-django52: $(STAMP52)
@@ -117,4 +142,4 @@ docs-serve: docs-reference $(STAMPDOCS)
 	NO_MKDOCS_2_WARNING=1 $(VENVDOCS)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 clean:
-	rm -rf $(VENV) $(VENV52) $(VENVDOCS) .venv-peers .pytest_cache .ruff_cache .mypy_cache site
+	rm -rf $(VENV) $(VENV52) $(VENVDOCS) $(VENVBROWSER) build/screenshots .venv-peers .pytest_cache .ruff_cache .mypy_cache site

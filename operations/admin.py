@@ -6,18 +6,25 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin, messages
-from django.db import transaction
 from django.http import Http404
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 
 from operations import admin_workflows, batches, service
+from operations.conf import ops_settings
 from operations.http import api_error, render, watch_response
 from operations.models import PARENT_KINDS, Operation, State
+from operations.runner import CODE_CANCELLED
 from workqueue import values
 from workqueue.admin import FastListMixin, GuardedModelAdmin, checks_its_own_ids
+from workqueue.admin.base import ObjectAction, ObjectActionsMixin
 from workqueue.exceptions import InvalidInput
+from workqueue.templatetags.workqueue_admin import DASH, duration, relative, timestamp
+
+#: An id longer than this is cut in the list.
+ID_SHOWN = 12
 
 STATE_COLORS: dict[str, str] = {
     State.PENDING: "#6b7280",
@@ -41,12 +48,13 @@ def state_badge(state: str) -> str:
 def progress_bar(op: Operation) -> str:
     p = op.progress
     fraction = p.fraction()
-    text = p.describe() or ("done" if op.done else "—")
+    # "done" only for a success: a failed or cancelled operation did not get done.
+    text = p.describe() or ("done" if op.state == State.SUCCEEDED else DASH)
     if fraction is None:
         # No denominator: a count and a label, never a bar that pretends to know the end.
         return format_html('<span class="op-progress-text">{}</span>', text)
     return format_html(
-        '<div class="op-progress" title="{}" style="min-width:140px">'
+        '<div class="op-progress" title="{}" style="min-width:90px">'
         '<div style="background:var(--hairline-color,#ddd);border-radius:4px;height:8px;overflow:hidden">'
         '<div class="op-progress-fill" style="width:{}%;height:8px;background:{}"></div></div>'
         '<small class="op-progress-text">{}</small></div>',
@@ -57,12 +65,39 @@ def progress_bar(op: Operation) -> str:
     )
 
 
-def _ago(value) -> str:
-    if value is None:
-        return "—"
-    from django.utils.timesince import timesince
+def _logged_time(text) -> str:
+    """An attempt log's ISO instant in the admin's one format."""
+    if not text:
+        return DASH
+    value = parse_datetime(text)
+    return timestamp(value) if value is not None else str(text)
 
-    return f"{timesince(value, timezone.now())} ago"
+
+def _attempt_outcome(row: dict) -> str:
+    """An attempt ended by a cancellation reads "cancelled", whatever outcome it recorded."""
+    if row.get("error_code") == CODE_CANCELLED:
+        return "cancelled"
+    return row.get("outcome") or DASH
+
+
+MASK = "••••"
+
+
+def masked(value, names: frozenset[str]):
+    """``value`` with every mapping entry whose key is in ``names`` (any case, any depth) shown as MASK."""
+    if isinstance(value, dict):
+        return {k: MASK if str(k).lower() in names else masked(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked(v, names) for v in value]
+    return value
+
+
+def pretty_json(value) -> str:
+    """A JSON value as the admin shows it: indented, keys sorted, the masked fields hidden."""
+    if value is None:
+        return DASH
+    shown = masked(value, ops_settings().admin_masked_fields)
+    return format_html('<pre class="wq-pre">{}</pre>', json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False))
 
 
 class KindFilter(admin.SimpleListFilter):
@@ -103,24 +138,41 @@ class OwnerFilter(admin.SimpleListFilter):
 
 
 @admin.register(Operation)
-class OperationAdmin(FastListMixin, GuardedModelAdmin):
+class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
+    # What fits in 1280 px beside the sidebar and the filters; owner, batch and timing are on
+    # the operation's page.
     list_display = [
-        "id",
+        "id_display",
         "state_badge",
         "progress",
         "kind",
         "attempts_display",
-        "error_code",
-        "owner",
-        "family",
-        "timing",
+        "error_code_display",
+        "created_display",
     ]
+    list_display_links = ["id_display"]
     list_filter = ["state", KindFilter, OwnerFilter, admin_workflows.WorkflowFilter]
     search_fields = ["=id", "=owner", "kind"]
     list_per_page = 50
-    list_defer = ("result_detail", "attempt_log", "error_message")
+    list_defer = ("result_detail", "attempt_log", "error_message", "request")
     ordering = ["-created_at", "-id"]
     actions = ["cancel_operations"]
+    # On the operation's own page (confirmed, POSTed; the change permission): service verbs.
+    object_actions = (
+        ObjectAction(
+            "cancel",
+            "Cancel",
+            "A pending operation is cancelled now; a running one stops when its run next looks.",
+            lambda op: not op.done and not op.cancel_requested,
+        ),
+        ObjectAction(
+            "retry",
+            "Retry",
+            "A new operation of the same kind, owner and queue, with the same request, starts now; "
+            "this one stays as it ended.",
+            lambda op: op.state in (State.FAILED, State.CANCELLED) and not op.is_parent and not op.workflow,
+        ),
+    )
     readonly_fields = [
         "id",
         "kind",
@@ -139,6 +191,7 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
         "claimed_until",
         "attempt_log_display",
         "family",
+        "request_display",
     ]
     fieldsets = [
         (
@@ -156,6 +209,7 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
                 ]
             },
         ),
+        ("Request", {"fields": ["request_display"]}),
         ("Outcome", {"fields": ["error_display", "result_display"]}),
         ("Timing", {"fields": ["timing", "claimed_until", "worker_id"]}),
         ("Queue", {"fields": ["queue", "priority", "revision"], "classes": ["collapse"]}),
@@ -164,28 +218,45 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
     change_form_template = "admin/operations/operation/change_form.html"
     children_per_page = 100
 
-    def get_queryset(self, request):
-        return super().get_queryset(request).defer("request")  # no admin page shows it
+    @admin.display(description="request")
+    def request_display(self, op):
+        """The request, pretty-printed, with OPERATIONS["ADMIN_MASKED_FIELDS"] masked."""
+        return pretty_json(op.request)
+
+    def has_object_action_permission(self, request) -> bool:
+        return self.has_cancel_permission(request)
+
+    def run_object_action(self, request, obj, name: str) -> str:
+        if name == "cancel":
+            service.cancel(obj.id)
+            return f"Asked {obj.id} to stop."
+        new = service.start(obj.kind, obj.request, owner=obj.owner, queue=obj.queue, priority=obj.priority)
+        return f"Retried {obj.id} as {new.id}."
 
     def has_add_permission(self, request):
         return False
 
     def has_delete_permission(self, request, obj=None):
-        return bool(obj is None or obj.done) and super().has_delete_permission(request, obj)
-
-    def delete_model(self, request, obj):
-        self.delete_queryset(request, Operation.objects.filter(pk=obj.pk))
-
-    def delete_queryset(self, request, queryset):
-        """A finished batch or chain goes with its children (as reap takes them): no orphans."""
-        ids = list(queryset.values_list("pk", flat=True))
-        with transaction.atomic():
-            Operation.objects.filter(parent_id__in=ids).delete()
-            Operation.objects.filter(pk__in=ids).delete()
+        # Never offered: reap deletes finished operations after OPERATIONS["RETENTION"] (a
+        # batch with its children); an operator cancels, retries or forks one instead.
+        return False
 
     def has_change_permission(self, request, obj=None):
         # Only the state machine moves an operation; the page is for reading and cancelling.
         return False
+
+    @admin.display(description="id", ordering="id")
+    def id_display(self, op):
+        """The id's head (the whole id on hover and on the page): ids are 32 characters."""
+        return format_html('<code title="{}">{}…</code>', op.id, op.id[:ID_SHOWN]) if len(op.id) > ID_SHOWN else op.id
+
+    @admin.display(description="error", ordering="error_code")
+    def error_code_display(self, op):
+        return op.error_code or DASH
+
+    @admin.display(description="created", ordering="created_at")
+    def created_display(self, op):
+        return relative(op.created_at)
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, op):
@@ -239,20 +310,20 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
     def result_display(self, op):
         result = op.result
         if result is None:
-            return "—"
-        detail = json.dumps(result.detail, indent=2) if result.detail is not None else ""
-        return format_html("{}<pre>{}</pre>", result.uri or "", detail)
+            return DASH
+        detail = pretty_json(result.detail) if result.detail is not None else ""
+        return format_html("{}{}", result.uri or "", detail)
 
     @admin.display(description="created → started → finished")
     def timing(self, op):
-        parts = [f"created {_ago(op.created_at)}"]
+        parts = [format_html("created {}", relative(op.created_at))]
         if op.started_at:
-            parts.append(f"queued {(op.started_at - op.created_at).total_seconds():.1f}s")
+            parts.append(f"queued {duration((op.started_at - op.created_at).total_seconds())}")
         if op.started_at and op.finished_at:
-            parts.append(f"ran {(op.finished_at - op.started_at).total_seconds():.1f}s")
+            parts.append(f"ran {duration((op.finished_at - op.started_at).total_seconds())}")
         elif op.started_at:
-            parts.append(f"running {(timezone.now() - op.started_at).total_seconds():.0f}s")
-        return " · ".join(parts)
+            parts.append(f"running {duration((timezone.now() - op.started_at).total_seconds())}")
+        return format_html_join(" · ", "{}", ((p,) for p in parts))
 
     @admin.display(description="attempt log")
     def attempt_log_display(self, op):
@@ -268,10 +339,10 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
                 (
                     (
                         r.get("number", ""),
-                        r.get("worker_id", ""),
-                        (r.get("started_at") or "")[:19],
-                        (r.get("finished_at") or "")[:19],
-                        r.get("outcome", ""),
+                        r.get("worker_id") or DASH,
+                        _logged_time(r.get("started_at")),
+                        _logged_time(r.get("finished_at")),
+                        _attempt_outcome(r),
                         " ".join(filter(None, [r.get("error_code"), r.get("error_message")])),
                     )
                     for r in rows
@@ -291,10 +362,11 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
         for op_id in queryset.active().values_list("id", flat=True)[:1000]:
             service.cancel(op_id)
             changed += 1
+        noun = "operation" if changed == 1 else "operations"
         self.message_user(
             request,
-            f"Asked {changed} operation(s) to stop: pending ones are cancelled now, running ones when their run looks.",
-            messages.SUCCESS,
+            f"Asked {changed:,} {noun} to stop: pending ones are cancelled now, running ones when their run looks.",
+            messages.SUCCESS if changed else messages.WARNING,
         )
 
     def get_urls(self):
@@ -309,6 +381,7 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
                 self.admin_site.admin_view(self.fork_view),
                 name="operations_operation_fork",
             ),
+            *self.object_action_urls(),
             *super().get_urls(),
         ]
 
@@ -358,6 +431,7 @@ class OperationAdmin(FastListMixin, GuardedModelAdmin):
         }
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        context["object_actions"] = self.object_action_links(request, obj)
         if obj is not None:  # the row the change view already read: no second query for the panel
             context["watch_url"] = reverse("admin:operations_operation_watch", args=[obj.pk])
             context["op_done"] = obj.done

@@ -57,6 +57,9 @@ DEFAULTS: dict[str, object] = {
     "WATCH_MAX_THREADS": 8,
     "WATCH_MAX_DURATION": 300.0,  # a watch stream ends after this long; the client reconnects
     "OWNER_RESOLVER": "operations.http.default_owner",  # dotted path: request -> owner string or None
+    # names of request and result fields the admin shows as "••••", at any depth, whatever the
+    # case (as Mission Control's filter_arguments): e.g. ["password", "token"]
+    "ADMIN_MASKED_FIELDS": [],
 }
 
 _DURATIONS = {
@@ -142,6 +145,12 @@ class OperationsSettings:
         if not isinstance(resolver, str) and not callable(resolver):
             raise OperationsSettingsError("OPERATIONS['OWNER_RESOLVER'] must be a dotted path or a callable.")
         self.owner_resolver = resolver
+        masked = merged["ADMIN_MASKED_FIELDS"]
+        if not isinstance(masked, list | tuple) or not all(isinstance(f, str) and f for f in masked):
+            raise OperationsSettingsError(
+                f"OPERATIONS['ADMIN_MASKED_FIELDS'] must be a list of field names, not {masked!r}."
+            )
+        self.admin_masked_fields: frozenset[str] = frozenset(f.lower() for f in masked)
         if self.progress_interval >= self.lease:
             raise OperationsSettingsError(
                 f"OPERATIONS['PROGRESS_INTERVAL'] ({self.progress_interval:g}s) must be shorter than "

@@ -21,6 +21,10 @@ from django.conf import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The browser tests (tests/browser/) need Playwright and Chromium: `make test-browser` installs
+# both and sets WQ_BROWSER_TESTS=1; any other run leaves them out of the collection.
+collect_ignore = [] if os.environ.get("WQ_BROWSER_TESTS") == "1" else ["browser"]
+
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = "condition"):
     """Poll ``predicate`` until it returns truthy; fail the test after ``timeout`` seconds."""

@@ -5,26 +5,32 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin import widgets
-from django.contrib.admin.utils import get_fields_from_path
+from django.contrib.admin.utils import get_fields_from_path, quote, unquote
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import BadRequest
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.core.paginator import Paginator
+from django.db import models
 from django.db.models import QuerySet
-from django.http import Http404
-from django.urls import URLPattern
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
 
 from workqueue import handlers
 from workqueue.admin import snapshot as dashboard
 from workqueue.conf import wq_settings
+from workqueue.exceptions import InvalidInput
 from workqueue.models import (
     Outcome,
     State,
 )
-from workqueue.templatetags.workqueue_admin import badge, duration
+from workqueue.templatetags.workqueue_admin import DASH, badge, duration, timestamp
 
 #: Badge tone of each state; a stopped item takes the tone of its outcome.
 STATE_TONES: dict[str, str] = {
@@ -48,9 +54,10 @@ BULK_ACTION_CAP = 5_000
 
 
 def state_badge(state: str, outcome: str | None = None) -> str:
-    """The badge of a work item's state (with its outcome once stopped)."""
+    """The badge of a work item's state; once stopped, its outcome alone (compact: a stopped
+    item's outcome says it stopped), the two together on hover."""
     if state == State.STOPPED and outcome:
-        return badge(f"{state} · {outcome}", OUTCOME_TONES[outcome])
+        return badge(outcome, OUTCOME_TONES[outcome], f"{state} · {outcome}")
     return badge(state, STATE_TONES[state])
 
 
@@ -114,7 +121,81 @@ def _guard(view):
     return guarded
 
 
-class GuardedModelAdmin(admin.ModelAdmin):
+def _stamp_display(name: str, label: str):
+    @admin.display(description=label, ordering=name)
+    def shown(obj):
+        return timestamp(getattr(obj, name))
+
+    return shown
+
+
+def _flag_display(name: str, label: str):
+    @admin.display(description=label, ordering=name)
+    def shown(obj):
+        return "yes" if getattr(obj, name) else ""  # False is nothing, not a red cross
+
+    return shown
+
+
+class ConsistentFormatsMixin:
+    """One way to write an instant and a flag on every page of both apps: a read-only
+    DateTimeField (on a page or in a list) is written by ``timestamp`` (seconds and zone), a
+    read-only BooleanField as "yes" or nothing (Django's red ✗ reads as an error), an empty
+    value as DASH."""
+
+    empty_value_display = DASH
+
+    def _formatted(self, name):
+        if not isinstance(name, str):
+            return name
+        try:
+            field = self.model._meta.get_field(name)  # type: ignore[attr-defined]
+        except Exception:
+            return name
+        if isinstance(field, models.DateTimeField):
+            make = _stamp_display
+        elif isinstance(field, models.BooleanField):
+            make = _flag_display
+        else:
+            return name
+        shown = f"{name}_shown"  # no "__": the admin reads that as a relation
+        if not hasattr(self, shown):
+            setattr(self, shown, make(name, str(field.verbose_name)))
+        return shown
+
+    def _format_row(self, row, readonly):
+        if isinstance(row, list | tuple):
+            return tuple(self._format_row(f, readonly) for f in row)
+        return self._formatted(row) if row in readonly else row
+
+    def with_formats(self, readonly) -> list:
+        """A read-only field list with the formatted stand-ins of its instants and flags."""
+        readonly = list(readonly)
+        return readonly + [self._formatted(f) for f in readonly if self._formatted(f) != f]
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]
+        readonly = set(self.get_readonly_fields(request, obj))
+        if obj is not None and not self.has_change_permission(request, obj):  # type: ignore[attr-defined]
+            readonly |= {f for _, opts in fieldsets for row in opts["fields"] for f in _flat(row)}
+        return [(title, {**opts, "fields": self._format_row(opts["fields"], readonly)}) for title, opts in fieldsets]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.with_formats(super().get_readonly_fields(request, obj))  # type: ignore[misc]
+
+    def get_list_display(self, request):
+        return [self._formatted(f) for f in super().get_list_display(request)]  # type: ignore[misc]
+
+    def get_list_display_links(self, request, list_display):
+        links = super().get_list_display_links(request, list_display)  # type: ignore[misc]
+        return [self._formatted(f) for f in links] if links else links
+
+
+def _flat(row):
+    return row if isinstance(row, list | tuple) else (row,)
+
+
+class GuardedModelAdmin(ConsistentFormatsMixin, admin.ModelAdmin):
     """The base of every ModelAdmin of both apps: bad input is a 400 or a 404, never a 500.
 
     - Every URL the admin serves for this model (its own and any ``get_urls()`` adds) refuses
@@ -263,3 +344,97 @@ class QueueFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         return queryset.filter(queue=self.value()) if self.value() else queryset
+
+
+@dataclass(frozen=True)
+class ObjectAction:
+    """A button on one row's page: ``allowed(obj)`` says whether the row's state admits it;
+    ``explain`` is what the confirmation page says it will do."""
+
+    name: str
+    label: str
+    explain: str
+    allowed: Callable[[Any], bool]
+
+
+class ObjectActionsMixin:
+    """Actions on a row's own page, each confirmed and each a POST with its CSRF token.
+
+    The page links to ``<id>/do/<name>/``: a GET there is the confirmation page (a form with
+    one button; no script, so it works with JavaScript off and under a strict CSP), its POST
+    runs :meth:`run_object_action` (a verb of the managers or service modules) and returns to
+    the row's page. Both need :meth:`has_object_action_permission` (403 otherwise), and a
+    state that admits the action (else a message, and nothing changes).
+    """
+
+    object_actions: tuple[ObjectAction, ...] = ()
+
+    def has_object_action_permission(self, request) -> bool:
+        raise NotImplementedError
+
+    def run_object_action(self, request, obj, name: str) -> str:
+        """Run the action; return what to tell the operator (raise InvalidInput to refuse)."""
+        raise NotImplementedError
+
+    def object_action_links(self, request, obj) -> list[dict]:
+        if obj is None or not self.has_object_action_permission(request):
+            return []
+        opts = self.opts  # type: ignore[attr-defined]
+        name = self.admin_site.name  # type: ignore[attr-defined]
+        return [
+            {
+                "label": a.label,
+                "explain": a.explain,
+                "url": reverse(f"{name}:{opts.app_label}_{opts.model_name}_do", args=[quote(obj.pk), a.name]),
+            }
+            for a in self.object_actions
+            if a.allowed(obj)
+        ]
+
+    def object_action_urls(self) -> list:
+        opts = self.opts  # type: ignore[attr-defined]
+        return [
+            path(
+                "<path:object_id>/do/<str:action>/",
+                self.admin_site.admin_view(self.object_action_view),  # type: ignore[attr-defined]
+                name=f"{opts.app_label}_{opts.model_name}_do",
+            )
+        ]
+
+    def object_action_view(self, request, object_id, action):
+        if not self.has_object_action_permission(request):
+            raise PermissionDenied
+        opts = self.opts  # type: ignore[attr-defined]
+        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        if obj is None:
+            return self._get_obj_does_not_exist_redirect(request, opts, object_id)  # type: ignore[attr-defined]
+        back = reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change", args=[quote(obj.pk)])  # type: ignore[attr-defined]
+        chosen = next((a for a in self.object_actions if a.name == action), None)
+        if chosen is None:
+            raise Http404(f"no action {action!r}")
+        if not chosen.allowed(obj):
+            self.message_user(
+                request, f"{chosen.label}: not possible in its state; nothing was changed.", messages.WARNING
+            )  # type: ignore[attr-defined]
+            return HttpResponseRedirect(back)
+        if request.method == "GET":
+            context = {
+                **self.admin_site.each_context(request),  # type: ignore[attr-defined]
+                "title": f"{chosen.label}: {obj}",
+                "opts": opts,
+                "object": obj,
+                "action": chosen,
+                "back": back,
+            }
+            request.current_app = self.admin_site.name  # type: ignore[attr-defined]
+            return TemplateResponse(request, "admin/workqueue/object_action_confirm.html", context)
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["GET", "POST"])
+        try:
+            said = self.run_object_action(request, obj, chosen.name)
+        except InvalidInput as exc:
+            self.message_user(request, f"{chosen.label}: {exc}. Nothing was changed.", messages.ERROR)  # type: ignore[attr-defined]
+            return HttpResponseRedirect(back)
+        self.log_change(request, obj, said)  # type: ignore[attr-defined]
+        self.message_user(request, said, messages.SUCCESS)  # type: ignore[attr-defined]
+        return HttpResponseRedirect(back)

@@ -22,6 +22,8 @@ from workqueue.admin.base import (
     MAX_ACTION_ITEMS,
     FastListMixin,
     GuardedModelAdmin,
+    ObjectAction,
+    ObjectActionsMixin,
     QueueFilter,
     ReadOnlyMixin,
     SituationFilter,
@@ -31,24 +33,40 @@ from workqueue.admin.base import (
 from workqueue.conf import wq_settings
 from workqueue.exceptions import InvalidInput
 from workqueue.models import (
+    Outcome,
     QueueControl,
     State,
     WorkItem,
 )
-from workqueue.templatetags.workqueue_admin import DASH, badge, duration, lease_text, seconds_between
+from workqueue.templatetags.workqueue_admin import (
+    DASH,
+    badge,
+    duration,
+    lease_text,
+    queue_chip,
+    relative,
+    seconds_between,
+    timestamp,
+)
+
+#: A key longer than this is cut in the list (the whole key is on hover and on the item's page).
+KEY_SHOWN = 22
+
+
+def _scheduled(obj) -> bool:
+    db_now = getattr(obj, "db_now", None)
+    return obj.state == State.QUEUED and db_now is not None and obj.run_after > db_now
 
 
 @admin.register(WorkItem)
-class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
+class WorkItemAdmin(ObjectActionsMixin, FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
+    # What fits in 1280 px beside the sidebar and the filters; the rest is on the item's page.
     list_display = (
         "key_display",
         "state_display",
-        "queue",
-        "environment",
-        "priority",
+        "queue_display",
         "attempts_display",
-        "lease_display",
-        "due_display",
+        "when_display",
         "age_display",
     )
     list_display_links = ("key_display",)
@@ -59,6 +77,28 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
     search_fields = ("public_id", "key")
     search_help_text = "An exact work id (work_…) or key."
     actions = ("requeue_now", "force_stop", "retry_now", "run_now")
+    # The same verbs on the item's own page, where its state admits them (confirmed, POSTed).
+    object_actions = (
+        ObjectAction(
+            "retry_now",
+            "Retry now",
+            "A new run now: its attempts start again from 0 (its last error is kept).",
+            lambda obj: obj.state == State.STOPPED and obj.outcome == Outcome.FAILED,
+        ),
+        ObjectAction("run_now", "Run now", "Due at once instead of at its run_after.", _scheduled),
+        ObjectAction(
+            "requeue_now",
+            "Requeue now",
+            "Ready at once; a worker holding it loses its lease.",
+            lambda obj: obj.state in (State.QUEUED, State.STARTING, State.ACTIVE),
+        ),
+        ObjectAction(
+            "force_stop",
+            "Force stop",
+            "Settled now as cancelled; a worker holding it loses its lease.",
+            lambda obj: obj.state != State.STOPPED,
+        ),
+    )
     empty_value_display = DASH
     fieldsets = (
         (None, {"fields": ("public_id", ("queue", "key"), ("state_display", "environment"), "last_error_display")}),
@@ -102,9 +142,24 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
         paused = QueueControl.objects.filter(queue=OuterRef("queue"), paused=True)
         return super().get_queryset(request).annotate(db_now=Now(), queue_paused=Exists(paused))
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra_context = {**(extra_context or {}), "has_operate_permission": self.has_operate_permission(request)}
-        return super().change_view(request, object_id, form_url, extra_context)
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        context["object_actions"] = self.object_action_links(request, obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def has_object_action_permission(self, request) -> bool:
+        return self.has_operate_permission(request)
+
+    def run_object_action(self, request, obj, name: str) -> str:
+        verbs = {
+            "retry_now": (WorkItem.objects.retry_now, "retried"),
+            "run_now": (WorkItem.objects.run_now, "made due now"),
+            "requeue_now": (WorkItem.objects.requeue_now, "requeued"),
+            "force_stop": (WorkItem.objects.force_stop, "force-stopped"),
+        }
+        verb, done = verbs[name]
+        if not verb([obj.pk]):
+            raise InvalidInput("its state changed meanwhile")
+        return f"{obj.queue}: {done} {obj.key}."
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
@@ -126,7 +181,7 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
                 name=f"{self.opts.app_label}_dashboard_controls",
             ),
         ]
-        return urls + super().get_urls()
+        return urls + self.object_action_urls() + super().get_urls()
 
     def controls_view(self, request):
         """The dashboard's flow-control form: pause, resume or change a queue's overrides
@@ -164,7 +219,8 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
             return HttpResponseRedirect(back)
         row = QueueControl.objects.get(pk=control.queue)
         self.log_change(request, row, message)
-        self.message_user(request, f"{control.queue}: {message}", messages.SUCCESS)
+        # "demo.sleep: paused the queue.": the name as it is, the sentence after it in lower case.
+        self.message_user(request, f"{control.queue}: {message[0].lower()}{message[1:]}", messages.SUCCESS)
         return HttpResponseRedirect(back)
 
     def dashboard_view(self, request):
@@ -209,9 +265,23 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
 
     @admin.display(description="key")
     def key_display(self, obj):
-        if len(obj.key) <= 48:
+        if len(obj.key) <= KEY_SHOWN:
             return obj.key
-        return format_html('<span title="{}">{}…</span>', obj.key, obj.key[:47])
+        return format_html('<span title="{}">{}…</span>', obj.key, obj.key[: KEY_SHOWN - 1])
+
+    @admin.display(description="queue", ordering="queue")
+    def queue_display(self, obj):
+        return queue_chip(obj.queue, reverse(f"{self.admin_site.name}:workqueue_workitem_changelist"))
+
+    @admin.display(description="when")
+    def when_display(self, obj):
+        """The one time that matters in the item's state: due (queued), its lease (running),
+        or when it stopped."""
+        if obj.state == State.QUEUED:
+            return format_html("due {}", self.due_display(obj))
+        if obj.state == State.STOPPED:
+            return format_html("stopped {}", relative(obj.stopped_at, getattr(obj, "db_now", None)))
+        return format_html("lease {}", self.lease_display(obj))
 
     @admin.display(description="attempts")
     def attempts_display(self, obj):
@@ -225,9 +295,10 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
         if obj.lease_expires_at is None:
             return DASH
         text = lease_text(obj.lease_expires_at, getattr(obj, "db_now", None))
+        stamp = timestamp(obj.lease_expires_at)
         if text.startswith("lapsed"):
-            return format_html('<span class="wq-lapsed" title="{}">{}</span>', obj.lease_expires_at, text)
-        return format_html('<span title="{}">{}</span>', obj.lease_expires_at, text)
+            return format_html('<span class="wq-lapsed" title="{}">{}</span>', stamp, text)
+        return format_html('<span title="{}">{}</span>', stamp, text)
 
     @admin.display(description="due")
     def due_display(self, obj):
@@ -236,11 +307,15 @@ class WorkItemAdmin(FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
         wait = seconds_between(getattr(obj, "db_now", None), obj.run_after)
         if wait is None:
             return DASH
-        return f"in {duration(wait)}" if wait < 0 else ("now" if wait < 1 else f"{duration(wait)} ago")
+        return relative(obj.run_after, getattr(obj, "db_now", None))
 
     @admin.display(description="age", ordering="-id")
     def age_display(self, obj):
-        return duration(seconds_between(getattr(obj, "db_now", None), obj.created_at))
+        return format_html(
+            '<span title="created {}">{}</span>',
+            timestamp(obj.created_at),
+            duration(seconds_between(getattr(obj, "db_now", None), obj.created_at)),
+        )
 
     @admin.display(description="last error")
     def last_error_display(self, obj):

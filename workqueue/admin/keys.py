@@ -20,7 +20,7 @@ from workqueue.models import (
     ApiKey,
     Environment,
 )
-from workqueue.templatetags.workqueue_admin import badge
+from workqueue.templatetags.workqueue_admin import badge, relative
 
 
 class KeyCreatingAdmin(GuardedModelAdmin):
@@ -36,7 +36,7 @@ class KeyCreatingAdmin(GuardedModelAdmin):
         return self.create_fields if obj is None else super().get_fields(request, obj)
 
     def get_readonly_fields(self, request, obj=None):
-        return () if obj is None else self.readonly_fields
+        return () if obj is None else self.with_formats(self.readonly_fields)
 
     def save_model(self, request, obj, form, change):
         if change:
@@ -85,16 +85,29 @@ class KeyCreatingAdmin(GuardedModelAdmin):
     def key_hint_display(self, obj):
         return format_html('<code title="The key\'s first characters">{}…</code>', obj.key_hint)
 
+    @admin.display(description="created", ordering="created_at")
+    def created_display(self, obj):
+        return relative(obj.created_at)
+
 
 @admin.register(Environment)
 class EnvironmentAdmin(KeyCreatingAdmin):
-    list_display = ("name", "kind", "id", "key_hint_display", "created_at", "key_rotated_at")
+    list_display = ("name", "kind", "id_display", "key_hint_display", "created_display", "rotated_display")
     list_filter = ("kind",)
     search_fields = ("name", "=id")
     create_fields = ("name", "kind")
     fields = ("id", "name", "kind", "key_hint_display", "created_at", "key_rotated_at")
     readonly_fields = ("id", "kind", "key_hint_display", "created_at", "key_rotated_at")
     key_noun = "environment key"
+
+    @admin.display(description="id", ordering="id")
+    def id_display(self, obj):
+        """The id's head in the list (ids are long); the whole id on hover and on the page."""
+        return format_html('<code title="{}">{}…</code>', obj.id, obj.id[:12]) if len(obj.id) > 12 else obj.id
+
+    @admin.display(description="key rotated", ordering="key_rotated_at")
+    def rotated_display(self, obj):
+        return relative(obj.key_rotated_at)
 
     def create(self, cleaned_data):
         return create_environment(cleaned_data["name"], cleaned_data["kind"])
@@ -166,7 +179,7 @@ class ApiKeyAddForm(forms.ModelForm):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(KeyCreatingAdmin):
-    list_display = ("name", "key_hint_display", "status_display", "environments_display", "created_at")
+    list_display = ("name", "key_hint_display", "status_display", "environments_display", "created_display")
     list_filter = ("revoked", "site_wide")
     search_fields = ("name",)
     create_fields = ("name", "site_wide", "environments")

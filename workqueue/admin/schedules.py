@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from workqueue import schedules, values
-from workqueue.admin.base import GuardedModelAdmin
+from workqueue.admin.base import GuardedModelAdmin, ObjectAction, ObjectActionsMixin
 from workqueue.exceptions import InvalidInput, InvalidSchedule
 from workqueue.models import Schedule, WorkItem
 from workqueue.templatetags.workqueue_admin import DASH, badge, duration, seconds_between
@@ -59,6 +59,9 @@ class ScheduleForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        every = self.initial.get("every")
+        if isinstance(every, float):  # "10s", which the field reads back, not "10.0"
+            self.initial["every"] = f"{every:g}s"
         if "timezone" in self.fields:
             from django.conf import settings
 
@@ -110,7 +113,7 @@ _FIELD_WORDS = {
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(GuardedModelAdmin):
+class ScheduleAdmin(ObjectActionsMixin, GuardedModelAdmin):
     form = ScheduleForm
     list_display = (
         "name",
@@ -124,6 +127,19 @@ class ScheduleAdmin(GuardedModelAdmin):
     list_filter = ("enabled", "source", "target")
     search_fields = ("name", "queue", "kind", "task")
     actions = ("pause", "resume", "run_now")
+    # The same verbs on the schedule's own page (confirmed, POSTed; the change permission).
+    object_actions = (
+        ObjectAction("run_now", "Run now", "One extra run now; no slot is used.", lambda obj: obj.removed_at is None),
+        ObjectAction(
+            "pause", "Pause", "It stops firing (its record stays).", lambda obj: obj.enabled and obj.removed_at is None
+        ),
+        ObjectAction(
+            "resume",
+            "Resume",
+            "It fires again from its next slot.",
+            lambda obj: not obj.enabled and obj.removed_at is None,
+        ),
+    )
     show_facets = admin.ShowFacets.NEVER
     empty_value_display = DASH
     fieldsets = (
@@ -160,11 +176,53 @@ class ScheduleAdmin(GuardedModelAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(db_now=Now())
 
+    def get_urls(self):
+        return self.object_action_urls() + super().get_urls()
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        context["object_actions"] = self.object_action_links(request, obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def has_object_action_permission(self, request) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.change_{self.opts.model_name}")
+
+    def run_object_action(self, request, obj, name: str) -> str:
+        if name == "run_now":
+            try:
+                return f"{obj.name}: enqueued {schedules.run_now(obj.name).key}."
+            except Exception as exc:  # a kind or task no longer registered, a queue gone
+                raise InvalidInput(str(exc)) from exc
+        if name == "pause":
+            schedules.pause([obj.name])
+            return f"{obj.name}: paused."
+        schedules.resume([obj.name])
+        return f"{obj.name}: resumed."
+
     def get_readonly_fields(self, request, obj=None):
         if obj is not None and obj.source == Schedule.Source.SETTINGS:
             # Defined in settings: change it there. Pause, resume and run-now are the actions.
-            return [f for fs in self.fieldsets for row in fs[1]["fields"] for f in _flat(row)]
-        return self.record_fields
+            return self.with_formats(f for fs in self.fieldsets for row in fs[1]["fields"] for f in _flat(row))
+        return self.with_formats(self.record_fields)
+
+    def has_change_permission(self, request, obj=None):
+        # Defined in settings: a read-only view (no form, no Save buttons); change it in
+        # WORKQUEUE["SCHEDULES"]. Its actions (run now, pause, resume) stay on the page.
+        if obj is not None and obj.source == Schedule.Source.SETTINGS:
+            return False
+        return super().has_change_permission(request, obj)
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or obj.source != Schedule.Source.SETTINGS:
+            return fieldsets
+        swap = {"every": "every_display"}  # "10 s", not the stored float "10.0"
+        return [
+            (title, {**opts, "fields": tuple(_swap(row, swap) for row in opts["fields"])}) for title, opts in fieldsets
+        ]
+
+    @admin.display(description="every")
+    def every_display(self, obj):
+        return f"{obj.every:g} s" if obj.every is not None else DASH
 
     def has_delete_permission(self, request, obj=None):
         if obj is not None and obj.source == Schedule.Source.SETTINGS and obj.removed_at is None:
@@ -236,12 +294,12 @@ class ScheduleAdmin(GuardedModelAdmin):
     @admin.action(description="Pause (stop firing)", permissions=["change"])
     def pause(self, request, queryset):
         changed = schedules.pause(queryset.values_list("name", flat=True))
-        self.message_user(request, f"Paused {changed} schedule(s).", messages.SUCCESS)
+        self.message_user(request, f"Paused {_schedules(changed)}.", messages.SUCCESS)
 
     @admin.action(description="Resume (fire again from the next slot)", permissions=["change"])
     def resume(self, request, queryset):
         changed = schedules.resume(queryset.filter(removed_at__isnull=True).values_list("name", flat=True))
-        self.message_user(request, f"Resumed {changed} schedule(s).", messages.SUCCESS)
+        self.message_user(request, f"Resumed {_schedules(changed)}.", messages.SUCCESS)
 
     @admin.action(description="Run now (one extra run, no slot used)", permissions=["change"])
     def run_now(self, request, queryset):
@@ -253,6 +311,16 @@ class ScheduleAdmin(GuardedModelAdmin):
                 self.message_user(request, f"{name}: {exc}", messages.ERROR)
         if keys:
             self.message_user(request, f"Enqueued {', '.join(keys)}.", messages.SUCCESS)
+
+
+def _swap(row, swap: dict):
+    if isinstance(row, tuple):
+        return tuple(swap.get(f, f) for f in row)
+    return swap.get(row, row)
+
+
+def _schedules(n: int) -> str:
+    return f"{n:,} schedule" if n == 1 else f"{n:,} schedules"
 
 
 def _flat(row):

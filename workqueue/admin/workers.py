@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
 from django.db.models.functions import Now
-from django.utils.html import format_html
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from workqueue.admin import snapshot as dashboard
 from workqueue.admin.base import (
@@ -15,9 +19,43 @@ from workqueue.admin.base import (
 from workqueue.conf import wq_settings
 from workqueue.models import (
     MaintenanceRun,
+    State,
     Worker,
+    WorkItem,
 )
-from workqueue.templatetags.workqueue_admin import DASH, badge, duration, seconds_between
+from workqueue.templatetags.workqueue_admin import DASH, badge, duration, seconds_between, timestamp
+
+#: Running states: an item in one of them is held by the worker its claimed_by names.
+HELD_STATES = (State.STARTING, State.ACTIVE, State.STOPPING)
+#: The held items a page reads at most (one query for all its workers), and shows per worker.
+HELD_READ_CAP = 1000
+HELD_SHOWN = 10
+
+
+def held_items(worker_ids) -> dict[str, list[WorkItem]]:
+    """The items each worker holds right now (its leases), oldest first: one query for all."""
+    held: dict[str, list[WorkItem]] = defaultdict(list)
+    if not worker_ids:
+        return held
+    rows = (
+        WorkItem.objects.filter(claimed_by__in=list(worker_ids), state__in=HELD_STATES)
+        .only("id", "queue", "key", "state", "claimed_by")
+        .order_by("id")[:HELD_READ_CAP]
+    )
+    for item in rows:
+        held[item.claimed_by].append(item)
+    return held
+
+
+class WorkerChangeList(ChangeList):
+    """The workers' page: each row learns what it holds, from one query for the whole page."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        workers = list(self.result_list)  # evaluates the page's queryset once; its rows are cached
+        held = held_items([w.id for w in workers])
+        for worker in workers:
+            worker.held = held.get(worker.id, [])
 
 
 @admin.register(Worker)
@@ -26,19 +64,58 @@ class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
         "id",
         "status_display",
         "last_seen_display",
-        "queues_display",
-        "pool_display",
-        "processed_display",
-        "failed_display",
         "host",
         "pid",
+        "queues_display",
+        "pool_display",
+        "holding_display",
+        "runs_display",
     )
     list_filter = ("state", "host")
     search_fields = ("=id", "host")
     show_facets = admin.ShowFacets.NEVER
+    fields = (
+        "id",
+        "status_display",
+        "host",
+        "pid",
+        "queues_display",
+        "pool_display",
+        "holding_display",
+        "processed",
+        "failed",
+        "started_at",
+        "last_seen",
+    )
+    readonly_fields = ("status_display", "queues_display", "pool_display", "holding_display")
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(db_now=Now())
+
+    def get_changelist(self, request, **kwargs):
+        return WorkerChangeList
+
+    @admin.display(description="holds")
+    def holding_display(self, obj):
+        """Links to the items it holds (its leases), the first HELD_SHOWN of them."""
+        held = getattr(obj, "held", None)
+        if held is None:  # the worker's own page: its items alone
+            held = held_items([obj.id]).get(obj.id, [])
+        if not held:
+            return DASH
+        links = format_html_join(
+            " ",
+            '<a class="wq-chip" href="{}" title="{} on {}">{}</a>',
+            (
+                (reverse("admin:workqueue_workitem_change", args=[i.pk]), i.state, i.queue, _short(i.key))
+                for i in held[:HELD_SHOWN]
+            ),
+        )
+        more = len(held) - HELD_SHOWN
+        if more > 0:
+            url = reverse("admin:workqueue_workitem_changelist")
+            return format_html('{} <a href="{}?situation=running">and {:,} more</a>', links, url, more)
+        return links
 
     @admin.display(description="status")
     def status_display(self, obj):
@@ -53,7 +130,7 @@ class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
     def queues_display(self, obj):
         return ", ".join(obj.queues) if obj.queues else "all registered"
 
-    @admin.display(description="pool")
+    @admin.display(description="concurrency")
     def pool_display(self, obj):
         """Threads, event-loop slots and child processes (with their pids), as its heartbeat said."""
         pool = obj.pool or {}
@@ -71,6 +148,15 @@ class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
                 parts.append(f"{pool[key]} {word}")
         return " · ".join(parts)
 
+    @admin.display(description="runs", ordering="processed")
+    def runs_display(self, obj):
+        """Processed, and failed among them (both on the worker's page too)."""
+        if not obj.failed:
+            return f"{obj.processed:,}"
+        return format_html(
+            '{} <span class="wq-lapsed" title="failed">· {:,} failed</span>', f"{obj.processed:,}", obj.failed
+        )
+
     @admin.display(description="processed", ordering="processed")
     def processed_display(self, obj):
         return f"{obj.processed:,}"
@@ -82,8 +168,14 @@ class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
     @admin.display(description="last seen", ordering="-last_seen")
     def last_seen_display(self, obj):
         return format_html(
-            '<span title="{}">{} ago</span>', obj.last_seen, duration(seconds_between(obj.db_now, obj.last_seen))
+            '<span title="{}">{} ago</span>',
+            timestamp(obj.last_seen),
+            duration(seconds_between(obj.db_now, obj.last_seen)),
         )
+
+
+def _short(key: str, limit: int = 24) -> str:
+    return key if len(key) <= limit else key[: limit - 1] + "…"
 
 
 class SweepFilter(admin.SimpleListFilter):

@@ -16,7 +16,49 @@ from django.utils.safestring import SafeString
 
 register = template.Library()
 
+#: The one empty marker of every admin page of both apps.
 DASH = "—"
+#: The one timestamp format: seconds and zone, in the site's time zone.
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
+
+
+def timestamp(value: dt.datetime | None) -> str:
+    """An instant as every admin page writes it: '2026-12-03 17:36:08 UTC' (the site's zone)."""
+    if value is None:
+        return DASH
+    from django.utils import timezone
+
+    if timezone.is_aware(value):
+        value = timezone.localtime(value)
+    return value.strftime(TIMESTAMP_FORMAT).strip()
+
+
+def relative(value: dt.datetime | None, now: dt.datetime | None = None) -> SafeString:
+    """'3 min ago' or 'in 5 min', with the exact instant on hover (a title attribute).
+
+    ``now`` is the database's clock where the row carries one (``db_now``); else Python's."""
+    if value is None:
+        return format_html("{}", DASH)
+    if now is None:
+        from django.utils import timezone
+
+        now = timezone.now()
+    seconds = (now - value).total_seconds()
+    text = (
+        "just now" if abs(seconds) < 1 else (f"{duration(seconds)} ago" if seconds > 0 else f"in {duration(seconds)}")
+    )
+    return format_html('<time datetime="{}" title="{}">{}</time>', value.isoformat(), timestamp(value), text)
+
+
+def queue_chip(queue: str, changelist_url: str) -> SafeString:
+    """A queue's name as a link to the list filtered to it."""
+    return format_html(
+        '<a class="wq-chip" href="{}?{}" title="Only {}">{}</a>',
+        changelist_url,
+        urlencode({"queue": queue}),
+        queue,
+        queue,
+    )
 
 
 def badge(label: str, tone: str, title: str = "") -> str:
@@ -70,6 +112,8 @@ def number(value) -> str:
 
 
 register.filter("wq_duration", duration)
+register.filter("wq_time", timestamp)
+register.filter("wq_relative", relative)
 register.filter("wq_ago", ago)
 register.filter("wq_num", number)
 

@@ -61,7 +61,28 @@ def test_detail_page_renders_read_only_with_the_live_panel(admin_client):
     # The panel's code is the app's static file (shipped in the wheel, CSP-friendly), not inline.
     assert f'data-watch-url="{reverse("admin:operations_operation_watch", args=[op.id])}"' in html
     assert 'src="/static/operations/live.js"' in html and "new EventSource" not in html
-    assert "records_per_unit" not in html  # the request is never rendered
+    # The request, pretty-printed (keys sorted, indented).
+    assert "{\n  &quot;records_per_unit&quot;: 1000," in html
+
+
+def test_the_masked_fields_of_a_request_are_never_rendered(admin_client, settings):
+    settings.OPERATIONS = {**settings.OPERATIONS, "ADMIN_MASKED_FIELDS": ["Units"]}
+    op = _op("running", units_total=4, units_done=1)
+    html = admin_client.get(reverse("admin:operations_operation_change", args=[op.id])).content.decode()
+    assert "&quot;units&quot;: &quot;••••&quot;" in html and "&quot;units&quot;: 3" not in html
+    assert "&quot;records_per_unit&quot;: 1000" in html  # only the named field
+
+
+def test_masking_reaches_every_depth_and_refuses_a_bad_setting(settings):
+    from operations.admin import masked
+    from operations.conf import ops_settings
+    from operations.exceptions import OperationsSettingsError
+
+    value = {"a": [{"Token": "t", "b": 1}], "token": {"deep": 1}, "n": None}
+    assert masked(value, frozenset({"token"})) == {"a": [{"Token": "••••", "b": 1}], "token": "••••", "n": None}
+    settings.OPERATIONS = {**settings.OPERATIONS, "ADMIN_MASKED_FIELDS": "password"}
+    with pytest.raises(OperationsSettingsError, match="ADMIN_MASKED_FIELDS"):
+        ops_settings()
 
 
 def test_cancel_action_cancels_pending_and_flags_running(admin_client):
@@ -184,3 +205,45 @@ def test_the_admin_keeps_an_internal_errors_text(quiet_threads, admin_client):
     first = next(iter(response.streaming_content)).decode()
     response.close()
     assert "kaboom on attempt 1" in first
+
+
+def _buttons(client, op) -> list[str]:
+    import re
+
+    page = client.get(reverse("admin:operations_operation_change", args=[op.id])).content.decode()
+    return re.findall(r'<li><a class="button" href="[^"]+/do/([a-z_]+)/"', page)
+
+
+def test_the_page_cancels_a_running_operation_after_a_confirmation(admin_client):
+    running = _op("running")
+    assert _buttons(admin_client, running) == ["cancel"]
+    url = reverse("admin:operations_operation_do", args=[running.id, "cancel"])
+    confirm = admin_client.get(url).content.decode()
+    assert 'method="post"' in confirm and "csrfmiddlewaretoken" in confirm
+    assert not Operation.objects.get(pk=running.id).cancel_requested  # the GET changed nothing
+    admin_client.post(url)
+    assert Operation.objects.get(pk=running.id).cancel_requested
+    assert _buttons(admin_client, Operation.objects.get(pk=running.id)) == []
+
+
+def test_the_page_retries_a_failed_operation_as_a_new_one(admin_client):
+    failed = _op("failed", error_code="boom", error_message="gone")
+    assert _buttons(admin_client, failed) == ["retry"]
+    response = admin_client.post(reverse("admin:operations_operation_do", args=[failed.id, "retry"]), follow=True)
+    new = Operation.objects.exclude(pk=failed.id).get()
+    assert (new.kind, new.owner, new.request, new.state) == (failed.kind, "7", failed.request, State.PENDING)
+    assert [str(m) for m in response.context["messages"]] == [f"Retried {failed.id} as {new.id}."]
+    assert Operation.objects.get(pk=failed.id).state == State.FAILED
+    assert _buttons(admin_client, _op("succeeded")) == []
+
+
+def test_a_viewer_sees_no_operation_button_and_a_forged_post_is_403(db, client, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("opviewer", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_operation"))
+    client.force_login(user)
+    running = _op("running")
+    assert _buttons(client, running) == []
+    assert client.post(reverse("admin:operations_operation_do", args=[running.id, "cancel"])).status_code == 403
+    assert not Operation.objects.get(pk=running.id).cancel_requested

@@ -63,7 +63,9 @@ def test_an_operator_pauses_resumes_and_edits_overrides_each_change_logged_with_
     )
     client.force_login(user)
     response = client.post(CONTROLS, {"queue": "test.flow", "action": "pause"}, follow=True)
-    assert messages_of(response) == ["test.flow: Paused the queue."]
+    assert messages_of(response) == ["test.flow: paused the queue."]
+    # Shown as written: the admin's own template would capitalise the queue's name.
+    assert '<li class="success">test.flow: paused the queue.</li>' in response.content.decode()
     assert QueueControl.objects.get(pk="test.flow").paused
 
     response = client.post(
