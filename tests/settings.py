@@ -35,6 +35,7 @@ WORKQUEUE = {
         "test.proc.limits": {"max_attempts": 2, "retry_delay": 0, "retry_backoff": 1, "lease": 3},
         "test.thread.limits": {"max_attempts": 2, "retry_delay": 0, "retry_backoff": 1, "lease": 3},
         "test.proc.memory": {},
+        "test.async.limits": {"max_attempts": 2, "retry_delay": 0, "retry_backoff": 1},
         "test.record": {"lease": 5},
         "test.batched": {"lease": 5},
         "test.fail": {"max_attempts": 3, "retry_delay": 0, "retry_backoff": 1},

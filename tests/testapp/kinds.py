@@ -326,3 +326,25 @@ def deps_spawn(request, reporter):
     dependent = operations.start(request.get("kind", "test.ops.batch.child"), {"n": 1}, after=[reporter.op_id])
     time.sleep(float(request.get("pause", 0)))
     return {"dependent": dependent.id}
+
+
+@kind("test.ops.deaf", count_label="ticks", max_attempts=2, soft_timeout=0.5, timeout=1.5)
+def deaf(request, reporter):
+    """Ignores every stop for 30 s (records Sample "why:<id>:<stop_reason>" once told): only
+    its kind's timeout ends it."""
+    told = False
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if reporter.cancelled.is_set() and not told:
+            told = True
+            Sample.objects.create(name=f"why:{reporter.attempt.id}:{reporter.stop_reason}", value=1)
+        reporter.advance(1)
+        time.sleep(0.02)
+
+
+@kind("test.ops.suicide", max_attempts=2)
+def ops_suicide(request, reporter):
+    """Attempt 1 SIGKILLs its own process (a process-pool child); attempt 2 succeeds."""
+    if reporter.attempt.number == 1:
+        os.kill(os.getpid(), 9)
+    return {"attempt": reporter.attempt.number}

@@ -10,6 +10,7 @@ tests/workqueue/test_time_limits.py). Each records Sample rows named ``<what>:<k
   else it spins on (the timeout must end it); a run that gets to the end records "done:<key>".
 - test.proc.memory (process pool, max_memory_mb 150): holds metadata["mb"] MB for the life of its
   process, then Sample "pid:<key>".
+- test.async.limits (async def, soft_timeout 0.5 s): see async_limited.
 """
 
 import os
@@ -75,3 +76,21 @@ handlers.register("test.thread.limits", limited, soft_timeout=0.5, timeout=2)
 def memory(item, ctx):
     _kept.append(bytearray(int(item.metadata.get("mb", 0)) * 2**20))
     mark("pid", item.key, os.getpid())
+
+
+async def async_limited(item, ctx):
+    """test.async.limits (soft_timeout 0.5 s): awaits for 30 s; a cancel lands at the await.
+    Sample "cancelled:<key>" = 1 when it came from the soft timeout; with metadata["catch"] it
+    catches the cancel and returns (its work is done), else the cancel propagates."""
+    import asyncio
+
+    await Sample.objects.acreate(name=f"started:{item.key}"[:64], value=item.attempts)
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        await Sample.objects.acreate(name=f"cancelled:{item.key}"[:64], value=int(ctx.stop_reason == "timeout"))
+        if not item.metadata.get("catch"):
+            raise
+
+
+handlers.register("test.async.limits", async_limited, soft_timeout=0.5)

@@ -139,3 +139,43 @@ def test_the_workers_page_shows_the_pool_and_its_children(make_worker_ready, adm
     assert pool["processes"] == 2 and "threads" not in pool
     html = admin_client.get(reverse("admin:workqueue_worker_changelist")).content.decode()
     assert "2 processes (pids" in html and str(child) in html
+
+
+def test_a_child_is_replaced_after_max_tasks_per_child_runs(make_worker_ready):
+    make_worker_ready("tasks-pool", "--queue", "test.cpu", "--processes", "1", "--max-tasks-per-child", "2")
+    for n in range(3):
+        WorkItem.objects.enqueue("test.cpu", f"few-{n}", metadata={"n": "10"})
+        assert settled(f"few-{n}").outcome == "succeeded"
+    pids = [sample("pid", f"few-{n}")[0] for n in range(3)]
+    assert pids[0] == pids[1] != pids[2], pids
+
+
+@pytest.mark.parametrize("catch", [False, True])
+def test_an_async_handler_gets_its_soft_timeout_at_the_next_await(make_worker_ready, catch):
+    key = f"async-soft-{catch}"
+    WorkItem.objects.enqueue("test.async.limits", key, metadata={"catch": "yes"} if catch else None)
+    make_worker_ready(f"async-soft-{int(catch)}", "--queue", "test.async.limits")
+    item = settled(key)
+    if catch:
+        # it caught the cancel and returned: its work is done
+        assert (item.outcome, item.attempts, sample("cancelled", key)) == ("succeeded", 1, [1])
+    else:
+        # the cancel propagated: the attempt failed, each time, and the attempts were spent
+        assert (item.outcome, item.attempts, sample("cancelled", key)) == ("failed", 2, [1, 1]), item.last_error
+        assert "soft timeout" in item.last_error
+
+
+def test_an_operation_kinds_timeout_ends_its_run_with_code_timeout(make_worker_ready):
+    op = operations.start("test.ops.deaf", {})
+    make_worker_ready("ops-deaf", "--queue", "operations")
+    done = wait_for_state(op.id, "failed", "succeeded", timeout=60)
+    assert (done.state, done.error.code, done.attempts) == ("failed", "timeout", 2), done.error
+    reasons = set(Sample.objects.filter(name__startswith=f"why:{op.id}:").values_list("name", flat=True))
+    assert reasons == {f"why:{op.id}:timeout"}, "the soft timeout reached the run first"
+
+
+def test_an_operation_whose_child_died_goes_on_with_its_next_attempt(make_worker_ready):
+    op = operations.start("test.ops.suicide", {})
+    make_worker_ready("ops-died", "--queue", "operations", "--pool", "processes", "--processes", "1")
+    done = wait_for_state(op.id, "failed", "succeeded", timeout=60)
+    assert (done.state, done.attempts, done.result.detail) == ("succeeded", 2, {"attempt": 2}), done.error

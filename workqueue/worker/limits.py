@@ -40,6 +40,13 @@ class HandlerTimeout(Exception):
         self.seconds = seconds
 
 
+class SoftTimeout(Exception):
+    """An ``async def`` run let its soft timeout's cancel propagate: what its failure records."""
+
+    def __init__(self):
+        super().__init__("the run was cancelled at its soft timeout and did not catch it")
+
+
 @dataclass
 class Watched:
     ctx: object

@@ -32,7 +32,7 @@ from workqueue.handlers import Handler
 from workqueue.worker import metrics
 from workqueue.worker.context import Context
 from workqueue.worker.lease import Hold, LeaseKeeper
-from workqueue.worker.limits import Watchdog
+from workqueue.worker.limits import SoftTimeout, Watchdog
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -168,8 +168,9 @@ class Runs:
             return "timeout"
         if isinstance(exc, asyncio.CancelledError) and hold.is_cancelled():
             # A coroutine cancelled because its hold was (lease lost, stall, stop, shutdown)
-            # stopped, like a sync handler that returns after it was cancelled.
-            exc = None
+            # stopped, like a sync handler that returns after it was cancelled; one whose soft
+            # timeout's cancel it did not catch failed its attempt (a return would complete it).
+            exc = SoftTimeout() if hold.hurried else None
         outcome = self.settler.ending(hold, ctx, exc)
         if metrics.record_runs:
             metrics.run_ended(hold.item.queue, outcome, self._started.pop(hold, None))
