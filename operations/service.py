@@ -74,45 +74,29 @@ def start(
     max_attempts = arguments.max_attempts(max_attempts) or definition.max_attempts or conf.max_attempts
     group = arguments.group(group)
     after_ids = deps.check_after(after, using=using)
+    # What both statements write: the operation, its work item's queue and priority.
+    row = {
+        "id": op_id,
+        "kind": kind,
+        "owner": owner,
+        "queue": queue,
+        "priority": priority,
+        "request": payload,
+        "count_label": definition.count_label,
+        "max_attempts": max_attempts,
+        "queue_channel": wq_settings().notify_channel,
+        "trace_context": _current_trace(),
+        "workflow": definition.workflow,
+    }
     if after_ids:
         if delay is not None or run_after is not None or group is not None:
             raise InvalidRequest(
                 "delay, run_after and group cannot be combined with after=: a dependent is enqueued when its "
                 "last dependency succeeds; start it without them"
             )
-        op = store.start_after(
-            id=op_id,
-            kind=kind,
-            owner=owner,
-            queue=queue,
-            priority=priority,
-            request=payload,
-            count_label=definition.count_label,
-            max_attempts=max_attempts,
-            after=after_ids,
-            queue_channel=wq_settings().notify_channel,
-            trace_context=_current_trace(),
-            workflow=definition.workflow,
-            using=using,
-        )
+        op = store.start_after(**row, after=after_ids, using=using)
         return _started(op, op_id, kind, owner, raise_on_duplicate, after_ids, using)
-    op = store.start(
-        id=op_id,
-        kind=kind,
-        owner=owner,
-        queue=queue,
-        priority=priority,
-        request=payload,
-        count_label=definition.count_label,
-        max_attempts=max_attempts,
-        delay=arguments.delay(delay),
-        run_after=_aware(run_after),
-        queue_channel=wq_settings().notify_channel,
-        trace_context=_current_trace(),
-        group=group,
-        workflow=definition.workflow,
-        using=using,
-    )
+    op = store.start(**row, delay=arguments.delay(delay), run_after=_aware(run_after), group=group, using=using)
     return _started(op, op_id, kind, owner, raise_on_duplicate, [], using)
 
 

@@ -103,11 +103,11 @@ class Context:
         """Set this run's limits, counted from its start (``handlers.register`` sets a queue's;
         an operation kind's are set this way once its kind is known). Outside ``runworker``
         (``testing.drain``) nothing enforces them."""
-        if callable(self._limits):  # a process-pool child: the parent enforces them
-            self._limits(soft_timeout=soft_timeout, timeout=timeout, max_memory_mb=max_memory_mb)
-        elif self._limits is not None:
+        if self._limits is not None:  # (the Runs, or a process-pool child's sink; what to do on a timeout)
             runs, on_abandon = self._limits
-            runs.limit(self._hold, self, on_abandon, soft_timeout=soft_timeout, timeout=timeout)
+            runs.limit(
+                self._hold, self, on_abandon, soft_timeout=soft_timeout, timeout=timeout, max_memory_mb=max_memory_mb
+            )
 
     def _mark_settled(self) -> None:
         conn = transaction.get_connection(self.using)

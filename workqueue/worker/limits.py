@@ -92,8 +92,8 @@ class Watchdog(BackgroundLoop):
                 timeout,
                 on_timeout,
             )
-        if not self.running:
-            self.start()
+            if not self.running:  # started by the first run with limits, once (under the lock)
+                self.start()
 
     @property
     def active(self) -> bool:

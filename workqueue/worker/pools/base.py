@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue as stdqueue
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +55,30 @@ class RunnerPool(Protocol):
 
     def stop(self, timeout: float) -> None:
         """Let running handlers end (waiting up to ``timeout`` for each runner), then stop."""
+
+
+class HoldQueue:
+    """The queue of submitted holds a pool's runners take from, in claim order (the thread
+    pool's and the process pool's): ``submit`` never blocks; ``take_waiting`` hands back what
+    no runner has begun; a ``None`` tells one runner to leave."""
+
+    def __init__(self):
+        self.queue: stdqueue.SimpleQueue[Hold | None] = stdqueue.SimpleQueue()
+
+    def submit(self, holds: list[Hold]) -> None:
+        put = self.queue.put
+        for hold in holds:
+            put(hold)
+
+    def take_waiting(self) -> list[Hold]:
+        waiting: list[Hold] = []
+        while True:
+            try:
+                hold = self.queue.get_nowait()
+            except stdqueue.Empty:
+                return waiting
+            if hold is not None:
+                waiting.append(hold)
 
 
 class Runs:

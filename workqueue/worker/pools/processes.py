@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from workqueue import tracing
 from workqueue.worker import metrics
 from workqueue.worker.lease import Hold
-from workqueue.worker.pools.base import Runs
+from workqueue.worker.pools.base import HoldQueue, Runs
 
 log = logging.getLogger("workqueue.worker")
 
@@ -137,6 +137,10 @@ class Child:  # pragma: no cover - runs in the child
 
         connections.close_all()
 
+    def limit(self, hold, ctx, on_abandon, **limits) -> None:
+        """A run set its limits (``ctx.time_limits``): the parent's watchdog enforces them."""
+        self.send(("limits", limits))
+
     def _read(self) -> None:
         """Take the parent's messages; the parent gone (EOF) ends this process at once."""
         while True:
@@ -160,7 +164,7 @@ class Child:  # pragma: no cover - runs in the child
         from workqueue.worker.pools.base import drop_if_broken
 
         ctx = Context(item, None, worker_id, using)
-        ctx._limits = lambda **limits: self.send(("limits", limits))
+        ctx._limits = (self, None)  # ctx.time_limits() comes to limit(): the parent enforces them
         self.ctx = ctx
         error = None
         try:
@@ -350,15 +354,15 @@ class Slot:
                 self.conn.send(("stop", str(hold.reason or "shutdown")))
 
 
-class ProcessRunnerPool:
+class ProcessRunnerPool(HoldQueue):
     """``processes`` child processes, each running one sync handler at a time, in claim order."""
 
     def __init__(self, runs: Runs, processes: int, *, max_tasks_per_child: int | None = None, max_memory_mb=None):
+        super().__init__()
         self.runs = runs
         self.processes = processes
         self.max_tasks = max_tasks_per_child
         self.max_memory_mb = max_memory_mb
-        self.queue: stdqueue.SimpleQueue[Hold | None] = stdqueue.SimpleQueue()
         self.slots = [Slot(self, n) for n in range(processes)]
         self.limits: dict = {}  # limits a run set from the child (an operation kind's), by hold
         self.replaced = 0
@@ -374,20 +378,6 @@ class ProcessRunnerPool:
     def start(self) -> None:
         for slot in self.slots:
             slot.thread.start()
-
-    def submit(self, holds: list[Hold]) -> None:
-        for hold in holds:
-            self.queue.put(hold)
-
-    def take_waiting(self) -> list[Hold]:
-        waiting: list[Hold] = []
-        while True:
-            try:
-                hold = self.queue.get_nowait()
-            except stdqueue.Empty:
-                return waiting
-            if hold is not None:
-                waiting.append(hold)
 
     def stop(self, timeout: float) -> None:
         for _ in self.slots:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import queue as stdqueue
 import threading
 from typing import TYPE_CHECKING
 
@@ -17,18 +16,18 @@ from workqueue.worker.lease import Hold
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
-from workqueue.worker.pools.base import Runs
+from workqueue.worker.pools.base import HoldQueue, Runs
 
 log = logging.getLogger("workqueue.worker")
 
 
-class ThreadRunnerPool:
+class ThreadRunnerPool(HoldQueue):
     """``concurrency`` threads taking holds from one queue, in claim order."""
 
     def __init__(self, runs: Runs, concurrency: int):
+        super().__init__()
         self.runs = runs
         self.concurrency = concurrency
-        self._queue: stdqueue.SimpleQueue[Hold | None] = stdqueue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._loop, name=f"workqueue-runner-{n}", daemon=True) for n in range(concurrency)
         ]
@@ -41,26 +40,11 @@ class ThreadRunnerPool:
         for t in self._threads:
             t.start()
 
-    def submit(self, holds: list[Hold]) -> None:
-        put = self._queue.put
-        for hold in holds:
-            put(hold)
-
-    def take_waiting(self) -> list[Hold]:
-        waiting: list[Hold] = []
-        while True:
-            try:
-                hold = self._queue.get_nowait()
-            except stdqueue.Empty:
-                return waiting
-            if hold is not None:
-                waiting.append(hold)
-
     def stop(self, timeout: float) -> None:
         with self._lock:
             live = [t for t in self._threads if t not in self._retired]
         for _ in live:
-            self._queue.put(None)
+            self.queue.put(None)
         for t in live:
             t.join(timeout)
 
@@ -85,7 +69,7 @@ class ThreadRunnerPool:
         replace_me = functools.partial(self._replace, threading.current_thread())  # if a run times out
         try:
             while True:
-                hold = self._queue.get()
+                hold = self.queue.get()
                 if hold is None:
                     return
                 try:
