@@ -195,16 +195,20 @@ class Workflow:
 
     def _claim(self, kind: str, name: str) -> tuple[int, store.StepRow | None]:
         """Take the next position for a step of ``kind`` and ``name``: (position, its record)."""
-        if _in_step.get():
-            raise InvalidRequest(f"wf.{kind} cannot be called inside a step: call it from the workflow itself")
-        if self.reporter.stop_reason is not None:
-            raise WorkflowStopped(str(self.reporter.stop_reason))
+        self._may_record(kind)
         position = self._next
         self._next += 1
         row = self._recorded.get(position)
         if row is not None and (row["kind"], row["name"]) != (kind, name):
             raise _nondeterministic(position, dict(row), kind, name)
         return position, row
+
+    def _may_record(self, kind: str) -> None:
+        """Refuse a record inside a step's body, or once the run was told to stop."""
+        if _in_step.get():
+            raise InvalidRequest(f"wf.{kind} cannot be called inside a step: call it from the workflow itself")
+        if self.reporter.stop_reason is not None:
+            raise WorkflowStopped(str(self.reporter.stop_reason))
 
     def _save(self, position: int, name: str, kind: str, state: str, **fields) -> tuple[dt.datetime | None, bool]:
         saved = store.step_save(
@@ -257,8 +261,7 @@ class Workflow:
 
     def _patched(self, name: str) -> bool:
         name = _name(name, "wf.patched")
-        if self.reporter.stop_reason is not None:
-            raise WorkflowStopped(str(self.reporter.stop_reason))
+        self._may_record("patched")
         row = self._recorded.get(self._next)
         if row is None:
             self._save(self._next, name, "patch", "succeeded", result="true")

@@ -1,8 +1,9 @@
 """Handlers for the process pool and the worker-enforced limits (tests/workqueue/test_process_pool.py,
 tests/workqueue/test_time_limits.py). Each records Sample rows named ``<what>:<key>``.
 
-- test.cpu (process pool): a fixed amount of pure-Python work (metadata["n"] rounds), then
-  Sample "pid:<key>" = the pid that ran it.
+- test.cpu (process pool): Sample "began:<key>", a fixed amount of pure-Python work
+  (metadata["n"] rounds), then Sample "pid:<key>"; both valued the pid that ran it (their
+  ``at`` times bound the run).
 - test.proc.suicide (process pool): attempt 1 SIGKILLs its own process; later attempts succeed.
 - test.proc.limits (process pool, soft_timeout 0.5 s, timeout 2 s) and test.thread.limits (threads,
   the same limits): Sample "started:<key>"; spins until told to stop, then Sample
@@ -36,6 +37,7 @@ def burn(rounds: int) -> int:
 
 @handlers.register("test.cpu", pool="processes")
 def cpu(item, ctx):
+    mark("began", item.key, os.getpid())
     burn(int(item.metadata.get("n", 2_000_000)))
     mark("pid", item.key, os.getpid())
 

@@ -40,8 +40,17 @@ def test_a_cpu_bound_queue_runs_in_two_child_processes_at_once(make_worker_ready
     pids = {sample("pid", key)[0] for key in keys}
     assert len(pids) == 2, f"two children ran the work: {pids}"
     assert proc.pid not in pids, "the work ran in children, not in the worker"
-    runs = sorted((item.started_at, item.stopped_at) for item in done)
-    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(runs)), "two runs overlapped"
+
+    # Two runs in different children overlapped in time (each run's own start and end).
+    def span(key):
+        began = Sample.objects.get(name=f"began:{key}")
+        ended = Sample.objects.get(name=f"pid:{key}")
+        return began.at, ended.at, ended.value
+
+    runs = [span(key) for key in keys]
+    assert any(a[2] != b[2] and a[0] < b[1] and b[0] < a[1] for a, b in itertools.combinations(runs, 2)), (
+        "no two runs in different children overlapped"
+    )
 
 
 def test_a_child_sigkilled_mid_run_costs_only_that_attempt_and_is_replaced(make_worker_ready):
