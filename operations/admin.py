@@ -3,6 +3,7 @@ detail page that follows the operation live (Server-Sent Events from the process
 
 from __future__ import annotations
 
+import functools
 import json
 
 from django.contrib import admin, messages
@@ -172,6 +173,8 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
             "this one stays as it ended.",
             lambda op: op.state in (State.FAILED, State.CANCELLED) and not op.is_parent and not op.workflow,
         ),
+        # Linked from each row of a workflow's step timeline (its from_step).
+        ObjectAction("fork", "Fork from this step", admin_workflows.explain_fork, lambda op: op.workflow, "from_step"),
     )
     readonly_fields = [
         "id",
@@ -226,10 +229,12 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
     def has_object_action_permission(self, request) -> bool:
         return self.has_cancel_permission(request)
 
-    def run_object_action(self, request, obj, name: str) -> str:
+    def run_object_action(self, request, obj, name: str) -> str | tuple[str, str]:
         if name == "cancel":
             service.cancel(obj.id)
             return f"Asked {obj.id} to stop."
+        if name == "fork":
+            return admin_workflows.fork(obj, request.POST["from_step"])
         new = service.start(obj.kind, obj.request, owner=obj.owner, queue=obj.queue, priority=obj.priority)
         return f"Retried {obj.id} as {new.id}."
 
@@ -353,9 +358,6 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
     def has_cancel_permission(self, request):
         return request.user.has_perm("operations.change_operation")
 
-    def has_fork_permission(self, request):
-        return request.user.has_perm("operations.change_operation")
-
     @admin.action(description="Cancel selected operations", permissions=["cancel"])
     def cancel_operations(self, request, queryset):
         changed = 0
@@ -376,11 +378,6 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
                 self.admin_site.admin_view(self.watch_view),
                 name="operations_operation_watch",
             ),
-            path(
-                "<path:object_id>/fork/",
-                self.admin_site.admin_view(self.fork_view),
-                name="operations_operation_fork",
-            ),
             *self.object_action_urls(),
             *super().get_urls(),
         ]
@@ -395,9 +392,6 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
             return watch_response(request, op_id, owner=None, detail=True)  # counted against the user
         except Exception as exc:
             return api_error(exc, "admin watch").response()
-
-    def fork_view(self, request, object_id):
-        return admin_workflows.fork_view(self, request, object_id)
 
     def _children_page(self, request, parent: Operation) -> dict:
         """One keyset page of a parent's children (one index scan, whatever their number)."""
@@ -439,6 +433,8 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
             if obj.is_parent:
                 context["op_children"] = self._children_page(request, obj)
             if obj.workflow:
-                context["op_workflow"] = admin_workflows.page_context(obj, can_fork=self.has_fork_permission(request))
+                can_fork = self.has_object_action_permission(request)
+                fork_url = functools.partial(self.object_action_url, obj, "fork") if can_fork else None
+                context["op_workflow"] = admin_workflows.page_context(obj, fork_url=fork_url)
             context["op_graph"] = admin_workflows.dependency_graph(obj)
         return super().render_change_form(request, context, add, change, form_url, obj)

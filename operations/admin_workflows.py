@@ -1,24 +1,23 @@
 """The workflow parts of an operation's admin page: its steps as a timeline, what it waits
-for and until when, its signals, "Fork from this step" (with the change permission), and for
+for and until when, its signals, "Fork from this step" (an object action of the page: the change permission,
+confirmed), and for
 ``start(..., after=[...])`` a small graph of the operations it waits on and that wait on it.
 
 Kept apart from ``operations.admin`` (which calls these): the page's data in one place, read
-with one query per table, and the one action it adds."""
+with one query per table."""
 
 from __future__ import annotations
 
 import json
 
-from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.contrib import admin
 from django.db.models import Q
-from django.http import HttpResponseNotAllowed, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from operations import workflows
 from operations.exceptions import OperationsError
 from operations.models import Operation
+from workqueue.exceptions import InvalidInput
 
 PREVIEW = 120
 
@@ -36,7 +35,7 @@ def _duration(step) -> str:
     return "" if taken is None else f"{taken.total_seconds():.3f} s"
 
 
-def page_context(op: Operation, *, can_fork: bool) -> dict:
+def page_context(op: Operation, *, fork_url=None) -> dict:
     """What the workflow panel shows for ``op``."""
     steps = workflows.steps(op.id)
     rows = [
@@ -54,6 +53,7 @@ def page_context(op: Operation, *, can_fork: bool) -> dict:
             "result_full": json.dumps(s.result, indent=2, ensure_ascii=False) if s.result is not None else "",
             "error": " ".join(filter(None, [(s.error or {}).get("code"), (s.error or {}).get("message")])),
             "copied": s.copied,
+            "fork_url": fork_url(s.position) if fork_url is not None else None,
         }
         for s in steps
     ]
@@ -77,7 +77,7 @@ def page_context(op: Operation, *, can_fork: bool) -> dict:
         "forked_from_url": reverse("admin:operations_operation_change", args=[op.forked_from_id])
         if op.forked_from_id
         else None,
-        "fork_url": reverse("admin:operations_operation_fork", args=[op.pk]) if can_fork else None,
+        "can_fork": fork_url is not None,
     }
 
 
@@ -160,34 +160,30 @@ class WorkflowFilter(admin.SimpleListFilter):
         return queryset
 
 
-def fork_view(model_admin, request, object_id):
-    """GET: confirm forking ``object_id`` from a step; POST: fork it and open the new run."""
-    if not model_admin.has_fork_permission(request):
-        raise PermissionDenied
-    op = model_admin.get_object(request, object_id)
-    if op is None or not op.workflow:
-        return model_admin._get_obj_does_not_exist_redirect(request, Operation._meta, object_id)
+def explain_fork(op: Operation, from_step: str | None) -> str:
+    """What "Fork from this step" will do, said on its confirmation page."""
     try:
-        from_step = int(request.POST.get("from_step", request.GET.get("from_step", "")))
-    except ValueError:
-        model_admin.message_user(request, "Choose the step to fork from.", messages.ERROR)
-        return HttpResponseRedirect(reverse("admin:operations_operation_change", args=[op.pk]))
-    if request.method == "GET":
-        context = {
-            **model_admin.admin_site.each_context(request),
-            "title": f"Fork {op.id} from step {from_step}",
-            "op": op,
-            "from_step": from_step,
-            "opts": Operation._meta,
-            "copied": [s for s in workflows.steps(op.id) if s.position < from_step],
-        }
-        return TemplateResponse(request, "admin/operations/operation/fork_confirm.html", context)
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["GET", "POST"])
+        step = _step(from_step)
+    except InvalidInput as exc:
+        return f"{exc}: nothing will be forked."
+    copied = [f"{s.position}: {s.name}" for s in workflows.steps(op.id) if s.position < step]
+    kept = f"Steps {', '.join(copied)} return what they recorded here, without running; " if copied else ""
+    return f"A new run of {op.kind} with this one's request starts now. {kept}every step from {step} on runs again."
+
+
+def fork(op: Operation, from_step: str) -> tuple[str, str]:
+    """Fork ``op`` from step ``from_step``; (what to say, the new run's page)."""
     try:
-        new = workflows.fork(op.id, from_step=from_step)
+        new = workflows.fork(op.id, from_step=_step(from_step))
     except OperationsError as exc:
-        model_admin.message_user(request, str(exc), messages.ERROR)
-        return HttpResponseRedirect(reverse("admin:operations_operation_change", args=[op.pk]))
-    model_admin.message_user(request, f"Forked {op.id} from step {from_step}: {new.id}.", messages.SUCCESS)
-    return HttpResponseRedirect(reverse("admin:operations_operation_change", args=[new.pk]))
+        raise InvalidInput(str(exc)) from None
+    return f"Forked {op.id} from step {from_step}: {new.id}.", reverse(
+        "admin:operations_operation_change", args=[new.pk]
+    )
+
+
+def _step(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"from_step must be a step's position, not {value!r}") from None

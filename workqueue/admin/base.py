@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin import widgets
@@ -349,12 +350,29 @@ class QueueFilter(admin.SimpleListFilter):
 @dataclass(frozen=True)
 class ObjectAction:
     """A button on one row's page: ``allowed(obj)`` says whether the row's state admits it;
-    ``explain`` is what the confirmation page says it will do."""
+    ``explain`` is what the confirmation page says it will do.
+
+    ``param`` names a value the action needs (e.g. a workflow's ``from_step``): it comes in the
+    link's query string (``object_action_url(obj, name, value)``), is carried by the
+    confirmation form and reaches ``run_object_action`` as ``request.POST[param]``. Such an
+    action is linked from where its value is (a step's row), not among the page's buttons;
+    its ``explain`` may be ``fn(obj, value)``."""
 
     name: str
     label: str
-    explain: str
+    explain: str | Callable[[Any, str], str]
     allowed: Callable[[Any], bool]
+    param: str | None = None
+
+    def explained(self, obj, value: str | None) -> str:
+        return self.explain(obj, value) if callable(self.explain) else self.explain
+
+
+def _param(request, name: str | None) -> str | None:
+    """An action's value: the link's query string on the confirmation, the form's on the POST."""
+    if name is None:
+        return None
+    return (request.POST if request.method == "POST" else request.GET).get(name)
 
 
 class ObjectActionsMixin:
@@ -372,23 +390,25 @@ class ObjectActionsMixin:
     def has_object_action_permission(self, request) -> bool:
         raise NotImplementedError
 
-    def run_object_action(self, request, obj, name: str) -> str:
-        """Run the action; return what to tell the operator (raise InvalidInput to refuse)."""
+    def run_object_action(self, request, obj, name: str) -> str | tuple[str, str]:
+        """Run the action; return what to tell the operator, or (that, the page to go to
+        instead of the row's); raise InvalidInput to refuse."""
         raise NotImplementedError
+
+    def object_action_url(self, obj, name: str, value=None) -> str:
+        """The confirmation page of action ``name`` on ``obj`` (with its param's ``value``)."""
+        opts = self.opts  # type: ignore[attr-defined]
+        url = reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_do", args=[quote(obj.pk), name])  # type: ignore[attr-defined]
+        chosen = next(a for a in self.object_actions if a.name == name)
+        return f"{url}?{urlencode({chosen.param: value})}" if chosen.param else url
 
     def object_action_links(self, request, obj) -> list[dict]:
         if obj is None or not self.has_object_action_permission(request):
             return []
-        opts = self.opts  # type: ignore[attr-defined]
-        name = self.admin_site.name  # type: ignore[attr-defined]
         return [
-            {
-                "label": a.label,
-                "explain": a.explain,
-                "url": reverse(f"{name}:{opts.app_label}_{opts.model_name}_do", args=[quote(obj.pk), a.name]),
-            }
+            {"label": a.label, "explain": a.explained(obj, None), "url": self.object_action_url(obj, a.name)}
             for a in self.object_actions
-            if a.allowed(obj)
+            if a.param is None and a.allowed(obj)  # one that needs a value is linked from where it is
         ]
 
     def object_action_urls(self) -> list:
@@ -417,6 +437,10 @@ class ObjectActionsMixin:
                 request, f"{chosen.label}: not possible in its state; nothing was changed.", messages.WARNING
             )  # type: ignore[attr-defined]
             return HttpResponseRedirect(back)
+        value = _param(request, chosen.param)
+        if chosen.param and not value:
+            self.message_user(request, f"{chosen.label}: say which {chosen.param}; nothing changed.", messages.ERROR)  # type: ignore[attr-defined]
+            return HttpResponseRedirect(back)
         if request.method == "GET":
             context = {
                 **self.admin_site.each_context(request),  # type: ignore[attr-defined]
@@ -424,6 +448,9 @@ class ObjectActionsMixin:
                 "opts": opts,
                 "object": obj,
                 "action": chosen,
+                "explain": chosen.explained(obj, value),
+                "param": chosen.param,
+                "value": value,
                 "back": back,
             }
             request.current_app = self.admin_site.name  # type: ignore[attr-defined]
@@ -435,6 +462,7 @@ class ObjectActionsMixin:
         except InvalidInput as exc:
             self.message_user(request, f"{chosen.label}: {exc}. Nothing was changed.", messages.ERROR)  # type: ignore[attr-defined]
             return HttpResponseRedirect(back)
+        said, then = said if isinstance(said, tuple) else (said, back)
         self.log_change(request, obj, said)  # type: ignore[attr-defined]
         self.message_user(request, said, messages.SUCCESS)  # type: ignore[attr-defined]
-        return HttpResponseRedirect(back)
+        return HttpResponseRedirect(then)

@@ -54,7 +54,7 @@ def test_a_view_only_user_sees_the_timeline_but_cannot_fork(viewer):
     op = waiting_onboard()
     html = page(viewer, op.id)
     assert 'id="op-steps"' in html and "Fork from this step" not in html
-    url = reverse("admin:operations_operation_fork", args=[op.id])
+    url = reverse("admin:operations_operation_do", args=[op.id, "fork"])
     assert viewer.get(url, {"from_step": 1}).status_code == 403
     assert viewer.post(url, {"from_step": 1}).status_code == 403
     assert not Operation.objects.filter(forked_from_id=op.id).exists()
@@ -63,9 +63,10 @@ def test_a_view_only_user_sees_the_timeline_but_cannot_fork(viewer):
 def test_fork_from_a_step_confirms_then_starts_the_new_run(admin_client):
     op = operations.start("test.wf.four", {})
     run_to_end(op.id)
-    url = reverse("admin:operations_operation_fork", args=[op.id])
+    url = reverse("admin:operations_operation_do", args=[op.id, "fork"])
     confirm = admin_client.get(url, {"from_step": 2})
-    assert confirm.status_code == 200 and b"Fork from step 2" in confirm.content
+    assert confirm.status_code == 200 and b"every step from 2 on runs again" in confirm.content
+    assert b"0: step0, 1: step1" in confirm.content and b'name="from_step" value="2"' in confirm.content
     assert not Operation.objects.filter(forked_from_id=op.id).exists(), "a GET changes nothing"
     response = admin_client.post(url, {"from_step": 2})
     [fork] = Operation.objects.filter(forked_from_id=op.id)
