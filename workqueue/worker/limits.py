@@ -135,3 +135,8 @@ class Watchdog(BackgroundLoop):
     @property
     def watching(self) -> int:
         return len(self._runs)
+
+    @property
+    def limited(self) -> int:
+        """Runs under a time limit now, and runs their timeout gave up that have not ended."""
+        return len(self._runs) + len(self._gone)

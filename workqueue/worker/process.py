@@ -200,11 +200,12 @@ class Worker:
             described["processes"] = self.processes
             described["children"] = self.process_pool.children()
             described["replaced"] = self.process_pool.replaced
-        abandoned = getattr(self.pool, "abandoned", 0) or getattr(getattr(self.pool, "threads", None), "abandoned", 0)
-        if abandoned:
-            described["abandoned"] = abandoned
+        if self.pool.abandoned:
+            described["abandoned"] = self.pool.abandoned
         if self._runs.watchdog.timeouts:
             described["timeouts"] = self._runs.watchdog.timeouts
+        if self._runs.watchdog.limited:
+            described["limited"] = self._runs.watchdog.limited
         return described
 
     def loop_pool(self) -> AsyncRunnerPool:

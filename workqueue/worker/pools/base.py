@@ -56,6 +56,10 @@ class RunnerPool(Protocol):
     def stop(self, timeout: float) -> None:
         """Let running handlers end (waiting up to ``timeout`` for each runner), then stop."""
 
+    @property
+    def abandoned(self) -> int:
+        """Runners left to a run its timeout gave up, still running its handler."""
+
 
 class HoldQueue:
     """The queue of submitted holds a pool's runners take from, in claim order (the thread

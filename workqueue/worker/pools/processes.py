@@ -304,7 +304,9 @@ class Slot:
         except ChildDied as died:
             self.pool.limits.pop(hold, None)
             if self.kill_requested.is_set():
-                self.replace("timeout")  # the watchdog gave the item up already
+                # The watchdog gave the item up already; the run ended with its child.
+                runs.watchdog.unwatch(hold)
+                self.replace("timeout")
                 tracing.end_run(traced, "timeout", died)
                 return
             runs.give_up(hold, died, died=True)  # only its attempt: retried or failed as they say
@@ -366,6 +368,8 @@ class ProcessRunnerPool(HoldQueue):
         self.slots = [Slot(self, n) for n in range(processes)]
         self.limits: dict = {}  # limits a run set from the child (an operation kind's), by hold
         self.replaced = 0
+        #: A run its timeout gave up has its child killed: no runner is ever left to it.
+        self.abandoned = 0
 
     def memory_limit(self, handler, hold: Hold) -> float | None:
         own = self.limits.pop(hold, {}).get("max_memory_mb")
@@ -412,6 +416,11 @@ class RoutingPool:
 
     def take_waiting(self) -> list[Hold]:
         return [*self.threads.take_waiting(), *self.processes.take_waiting()]
+
+    @property
+    def abandoned(self) -> int:
+        """Threads left to a run its timeout gave up (a child is killed instead)."""
+        return self.threads.abandoned
 
     def stop(self, timeout: float) -> None:
         self.threads.stop(timeout)
