@@ -458,3 +458,48 @@ class QueueStart(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} started at {self.started_at}"
+
+
+#: Buckets of a QueueStats histogram: bucket b counts durations in [2^(b/2), 2^((b+1)/2)) ms
+#: (bucket 0 also everything under a millisecond, the last everything from ~4.6 hours).
+HIST_BUCKETS = 48
+
+
+class IntArrayField(models.Field):
+    """A PostgreSQL ``integer[]`` (psycopg reads it as a list), without asking the site to add
+    django.contrib.postgres to INSTALLED_APPS for ArrayField."""
+
+    description = "an array of integers"
+
+    def db_type(self, connection) -> str:
+        return "integer[]"
+
+
+class QueueStats(models.Model):
+    """A queue's settlements in one minute (``span`` 60) or one hour (``span`` 3600): counts,
+    and histograms of the wait (run_after to start) and the run (start to settle) in
+    HIST_BUCKETS half-powers of two of milliseconds.
+
+    The rollup (``workqueue.stats``, run by ``recover`` and ``reap``) writes them from the
+    stopped items, minutes since the last rolled-up one; the dashboard and its charts read
+    them instead of counting history, and read the items only for the minutes since."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=128)
+    span = models.IntegerField()
+    period = models.DateTimeField()
+    succeeded = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    wait_hist = IntArrayField()
+    run_hist = IntArrayField()
+
+    class Meta:
+        db_table = "work_queue_stats"
+        verbose_name_plural = "queue stats"
+        constraints = [
+            # The rollup's ON CONFLICT target and every read's range (span, then period).
+            models.UniqueConstraint(fields=["span", "period", "queue"], name="work_queue_stats_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} at {self.period:%Y-%m-%d %H:%M} ({self.span}s)"

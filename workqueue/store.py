@@ -509,9 +509,35 @@ def queue_stats(*, now: Time, stuck_after: float, held_back: list[str], using: s
     return _run("queue_stats", {"now": now, "stuck_after": stuck_after, "held_back": held_back}, using)
 
 
-def queue_settled_recent(*, now: Time, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
-    """``queue_settled_recent``: (queue, outcome, bucket, count) over the last hour."""
-    return _run("queue_settled_recent", {"now": now}, using)
+def stats_minutes(*, now: Time, window: float, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """``stats_minutes``: (queue, period, succeeded, failed, wait_hist, run_hist) per minute."""
+    return _run("stats_minutes", {"now": now, "window": window}, using)
+
+
+def stats_hours(*, now: Time, window: float, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """``stats_hours``: (queue, period, succeeded, failed, wait_hist, run_hist) per hour."""
+    return _run("stats_hours", {"now": now, "window": window}, using)
+
+
+def stats_window(*, now: Time, backfill: float, lag: float, using: str = DEFAULT_DB_ALIAS) -> list[Row]:
+    """``stats_window``: one row, (since, until) of the next rollup."""
+    return _run("stats_window", {"now": now, "backfill": backfill, "lag": lag}, using)
+
+
+def stats_rollup_minutes(*, since: dt.datetime, until: dt.datetime, using: str = DEFAULT_DB_ALIAS) -> int:
+    """``stats_rollup_minutes``: how many minute rows of [since, until) were written."""
+    return _count("stats_rollup_minutes", {"since": since, "until": until}, using)
+
+
+def stats_rollup_hours(*, since: dt.datetime, using: str = DEFAULT_DB_ALIAS) -> int:
+    """``stats_rollup_hours``: how many hour rows (from the one holding since) were rewritten."""
+    return _count("stats_rollup_hours", {"since": since}, using)
+
+
+def stats_prune(*, now: Time, minutes_kept: float, hours_kept: float, using: str = DEFAULT_DB_ALIAS) -> int:
+    """``stats_prune``: how many rollup rows past their keep were deleted."""
+    params = {"now": now, "minutes_kept": minutes_kept, "hours_kept": hours_kept}
+    return _count("stats_prune", params, using)
 
 
 def worker_liveness(*, now: Time, stale_after: float, using: str = DEFAULT_DB_ALIAS) -> list[Row]:

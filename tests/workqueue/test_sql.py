@@ -30,7 +30,7 @@ def load(tmp_path, files: dict[str, str], **kwargs) -> Catalog:
 
 
 def test_every_sql_file_parses_and_each_block_says_what_it_does_right_under_its_header():
-    assert len(SQL_FILES) == 7
+    assert len(SQL_FILES) == 8
     for path in SQL_FILES:
         text = path.read_text()
         blocks = loader.parse(text, path.name)
@@ -46,7 +46,7 @@ def test_every_app_looks_its_statements_up_by_name_across_its_files():
 
     assert {"item_claim", "item_claim_flow", "wire_poll", "queue_stats"} <= set(QUERIES.names())
     assert {s.source.split(":")[0] for s in QUERIES.statements.values()} == {
-        f"workqueue/sql/{f}.sql" for f in ("queries", "controls", "dashboard", "wire")
+        f"workqueue/sql/{f}.sql" for f in ("queries", "controls", "dashboard", "stats", "wire")
     }
     assert set(OPERATIONS.names()) == {s.name for s in OPERATIONS.statements.values()}
     assert not set(QUERIES.names()) & set(OPERATIONS.names())

@@ -78,8 +78,10 @@ def mess():
     return env
 
 
-RECOVER = {"finalized": 1, "requeued": 1, "exhausted": 1}
+RECOVER = {"finalized": 1, "requeued": 1, "exhausted": 1, "rolled_up": 0}
 REAP = {
+    "rolled_up": 0,
+    "stats_pruned": 0,
     "timed_out": 1,
     "deleted": 3,
     "pollers_pruned": 1,

@@ -8,6 +8,7 @@ import django
 from django.contrib import admin, messages
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
@@ -16,6 +17,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from workqueue import controls, values
+from workqueue.admin import charts
 from workqueue.admin import snapshot as dashboard
 from workqueue.admin.base import (
     BULK_ACTION_CAP,
@@ -176,6 +178,11 @@ class WorkItemAdmin(ObjectActionsMixin, FastListMixin, ReadOnlyMixin, GuardedMod
                 name=f"{self.opts.app_label}_dashboard",
             ),
             path(
+                "dashboard/charts/",
+                self.admin_site.admin_view(self.charts_view),
+                name=f"{self.opts.app_label}_dashboard_charts",
+            ),
+            path(
                 "dashboard/controls/",
                 self.admin_site.admin_view(self.controls_view),
                 name=f"{self.opts.app_label}_dashboard_controls",
@@ -247,9 +254,40 @@ class WorkItemAdmin(ObjectActionsMixin, FastListMixin, ReadOnlyMixin, GuardedMod
             "workers_url": reverse(f"{self.admin_site.name}:workqueue_worker_changelist"),
             "environments_url": reverse(f"{self.admin_site.name}:workqueue_environment_changelist"),
             "maintenance_url": reverse(f"{self.admin_site.name}:workqueue_maintenancerun_changelist"),
+            "charts_url": reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard_charts"),
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/workqueue/dashboard.html", context)
+
+    def charts_view(self, request):
+        """Per queue or all: what settled, and wait and run percentiles, over the last hour (per
+        minute) or the last week (per hour), from the rollup (workqueue.stats)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        snap = dashboard.snapshot()
+        queues = [q.name for q in snap.queues]
+        queue = request.GET.get("queue") or None
+        if queue is not None and queue not in queues:
+            queue = None  # an unknown name shows all queues rather than an empty chart
+        range_name = request.GET.get("range", "hour")
+        if range_name not in charts.RANGES:
+            range_name = "hour"
+        context = {
+            **self.admin_site.each_context(request),
+            "legacy_breadcrumbs": django.VERSION < (6, 0),
+            "title": "Queue charts",
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "now": snap.now,
+            "chart": charts.chart(queue=queue, range_name=range_name, now=snap.now, using=DEFAULT_DB_ALIAS),
+            "queues": queues,
+            "queue": queue,
+            "ranges": [(name, spec[0]) for name, spec in charts.RANGES.items()],
+            "range_name": range_name,
+            "dashboard_url": reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard"),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/workqueue/charts.html", context)
 
     # -- columns ----------------------------------------------------------------------
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS
 
-from workqueue import controls, handlers, store
+from workqueue import controls, handlers, stats, store
 from workqueue.conf import wq_settings
 
-#: The chart covers the last hour in buckets of this many seconds (see queue_settled_recent).
+#: The chart covers the last hour in buckets of this many seconds (from workqueue.stats.minutes).
 BUCKET_SECONDS = 300
 BUCKETS = 3600 // BUCKET_SECONDS
 #: Self-hosted environments listed on the page (the rest are counted, not listed).
@@ -131,21 +131,24 @@ def _queue_counts(conf, now: dt.datetime, using: str) -> dict[str, dict]:
 
 
 def _settled_last_hour(now: dt.datetime, using: str) -> dict[str, dict]:
-    """Per queue: the last hour's completions and failures in five-minute buckets, and their sums."""
-    buckets: dict[str, list[list[int]]] = {}
-    for queue, outcome, bucket, count in store.queue_settled_recent(now=now, using=using):
-        slots = buckets.setdefault(queue, [[0, 0] for _ in range(BUCKETS)])
-        # Bucket 0 is the newest five minutes; the chart reads left (oldest) to right.
-        slot = slots[BUCKETS - 1 - min(max(bucket, 0), BUCKETS - 1)]
-        slot[0 if outcome == "succeeded" else 1] += count
-    return {
-        queue: {
+    """Per queue: the last hour's completions and failures in five-minute buckets, and their
+    sums, from the per-minute rollup (workqueue.stats) and the minutes it has not reached."""
+    out: dict[str, dict] = {}
+    for queue, points in stats.minutes(now=now, window=stats.HOUR, using=using).items():
+        slots = [[0, 0] for _ in range(BUCKETS)]
+        for p in points:
+            # A minute goes to the bucket its middle falls in; bucket 0 is the newest five
+            # minutes, and the chart reads left (oldest) to right.
+            age = (now - p.period).total_seconds() - 30
+            slot = slots[BUCKETS - 1 - min(max(int(age // BUCKET_SECONDS), 0), BUCKETS - 1)]
+            slot[0] += p.succeeded
+            slot[1] += p.failed
+        out[queue] = {
             "buckets": tuple((c, f) for c, f in slots),
             "completed_hour": sum(c for c, _ in slots),
             "failed_hour": sum(f for _, f in slots),
         }
-        for queue, slots in buckets.items()
-    }
+    return out
 
 
 _SUMMED = (

@@ -39,18 +39,6 @@ WHERE w.state IN {states_unsettled}
 GROUP BY w.queue, t.now;
 
 
--- name: queue_settled_recent
--- Completed and failed per queue per 5-minute bucket over the last hour (0 = the newest), for
--- the dashboard's chart. The range on stopped_at under state = 'stopped' is the partial index
--- work_items_stopped_idx, so the cost is the last hour's settlements, not the table.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
-SELECT w.queue, w.outcome, floor(extract(epoch FROM t.now - w.stopped_at) / 300)::int AS bucket, count(*)
-FROM work_items w CROSS JOIN t
-WHERE w.state = 'stopped' AND w.stopped_at > t.now - interval '1 hour' AND w.stopped_at <= t.now
-  AND w.outcome IN {outcomes_charted}
-GROUP BY 1, 2, 3;
-
-
 -- name: worker_liveness
 -- Running workers alive (seen within the stale window) and stale (not seen since), per queue
 -- they serve and in all (queue NULL). Workers that exited cleanly (state 'stopped') are neither.

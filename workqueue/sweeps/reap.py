@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from workqueue import handlers, hooks, store
+from workqueue import handlers, hooks, stats, store
 from workqueue.conf import QueueSettings, wq_settings
 from workqueue.items import Item
 
@@ -79,6 +79,9 @@ def prune_starts(*, using: str = DEFAULT_DB_ALIAS, now=None) -> int:
 def reap(*, using: str = DEFAULT_DB_ALIAS, now=None) -> dict[str, int]:
     """Run every workqueue reaping step once; return counts."""
     return {
+        # Before the deletes: a queue whose retention is shorter than cron's interval is counted.
+        "rolled_up": stats.rollup(using=using, now=now),
+        "stats_pruned": stats.prune(using=using, now=now),
         "timed_out": fail_hard_timeouts(using=using, now=now),
         "deleted": delete_stopped(using=using, now=now),
         "pollers_pruned": prune_pollers(using=using, now=now),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from workqueue import hooks, store
+from workqueue import hooks, stats, store
 from workqueue.conf import wq_settings
 from workqueue.items import Item
 
@@ -37,4 +37,6 @@ def recover(*, using: str = DEFAULT_DB_ALIAS, now=None) -> dict[str, int]:
         "finalized": finalize_stopping(using=using, now=now),
         "requeued": requeued,
         "exhausted": exhausted,
+        # The dashboard's and the charts' rollup of what settled (workqueue.stats).
+        "rolled_up": stats.rollup(using=using, now=now),
     }
