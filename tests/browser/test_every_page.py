@@ -13,6 +13,7 @@ from django.urls import reverse
 PAGES = {
     "index": ("admin:index", None),
     "dashboard": ("admin:workqueue_dashboard", None),
+    "charts": ("admin:workqueue_dashboard_charts", None),
     "work items": ("admin:workqueue_workitem_changelist", None),
     "work item failed": ("admin:workqueue_workitem_change", "failed"),
     "work item running": ("admin:workqueue_workitem_change", "running"),
