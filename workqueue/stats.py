@@ -22,7 +22,7 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, transaction
 
 from workqueue import store
 from workqueue.models import HIST_BUCKETS
@@ -34,6 +34,7 @@ BACKFILL = 3600.0
 MINUTES_KEPT = 2 * 86400.0
 HOURS_KEPT = 8 * 86400.0
 HOUR = 3600.0
+LOCK = "workqueue.stats.rollup"
 WEEK = 7 * 86400.0
 
 
@@ -58,13 +59,19 @@ class Point:
 
 
 def rollup(*, using: str = DEFAULT_DB_ALIAS, now: dt.datetime | None = None) -> int:
-    """Roll up the minutes that ended since the last rollup; how many minute rows it wrote."""
-    ((since, until),) = store.stats_window(now=now, backfill=BACKFILL, lag=LAG, using=using)
-    if since >= until:
-        return 0
-    written = store.stats_rollup_minutes(since=since, until=until, using=using)
-    store.stats_rollup_hours(since=since, using=using)
-    return written
+    """Roll up the minutes that ended since the last rollup; how many minute rows it wrote.
+
+    One rollup at a time (``recover`` and ``reap`` from the same crontab minute would write the
+    same rows): a transaction-scoped advisory lock, and a rollup that does not get it skips."""
+    with transaction.atomic(using=using):
+        if not store.maintenance_try_lock(name=LOCK, using=using)[0][0]:
+            return 0
+        ((since, until),) = store.stats_window(now=now, backfill=BACKFILL, lag=LAG, using=using)
+        if since >= until:
+            return 0
+        written = store.stats_rollup_minutes(since=since, until=until, using=using)
+        store.stats_rollup_hours(since=since, using=using)
+        return written
 
 
 def prune(*, using: str = DEFAULT_DB_ALIAS, now: dt.datetime | None = None) -> int:

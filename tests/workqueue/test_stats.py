@@ -170,3 +170,33 @@ def test_the_charts_page_draws_a_queue_per_minute_and_per_hour_for_a_view_only_u
     assert (
         reverse("admin:workqueue_dashboard_charts") in client.get(reverse("admin:workqueue_dashboard")).content.decode()
     )
+
+
+def test_a_rollup_while_another_holds_the_lock_skips(history):
+    import threading
+
+    from workqueue import store
+
+    held, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def holder():
+        from django.db import connections, transaction
+
+        try:
+            with transaction.atomic():
+                store.maintenance_try_lock(name=stats.LOCK)
+                held.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+            done.set()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(10)
+        assert stats.rollup() == 0 and not QueueStats.objects.exists()
+    finally:
+        release.set()
+        thread.join(10)
+    assert stats.rollup() == 3

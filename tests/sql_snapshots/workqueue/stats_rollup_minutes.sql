@@ -9,6 +9,7 @@ FROM (SELECT w.queue, date_trunc('minute', w.stopped_at) AS period,
     FROM work_items w
     WHERE w.state = 'stopped' AND w.stopped_at >= %(since)s::timestamptz AND w.stopped_at < %(until)s::timestamptz
     GROUP BY 1, 2) AS m
+ORDER BY m.period, m.queue
 ON CONFLICT (span, period, queue) DO UPDATE
 SET succeeded = excluded.succeeded, failed = excluded.failed,
     wait_hist = excluded.wait_hist, run_hist = excluded.run_hist;
