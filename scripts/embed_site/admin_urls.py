@@ -29,6 +29,11 @@ for model, model_admin in admin.site._registry.items():
             if obj is None:
                 missing.append(name)
                 continue
+            if "<str:action>" in str(pattern.pattern):
+                # an object action's confirmation page: one per action the row's state admits
+                for link in model_admin.object_action_links(request, obj):
+                    urls.append([f"{name} {link['label']}", link["url"]])
+                continue
             urls.append([name, reverse("admin:" + name, args=[obj.pk])])
         else:
             urls.append([name, reverse("admin:" + name)])
