@@ -323,11 +323,11 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
     def timing(self, op):
         parts = [format_html("created {}", relative(op.created_at))]
         if op.started_at:
-            parts.append(f"queued {duration((op.started_at - op.created_at).total_seconds())}")
+            parts.append(f"queued {duration((op.started_at - op.created_at).total_seconds())}")  # type: ignore[arg-type]
         if op.started_at and op.finished_at:
-            parts.append(f"ran {duration((op.finished_at - op.started_at).total_seconds())}")
+            parts.append(f"ran {duration((op.finished_at - op.started_at).total_seconds())}")  # type: ignore[arg-type]
         elif op.started_at:
-            parts.append(f"running {duration((timezone.now() - op.started_at).total_seconds())}")
+            parts.append(f"running {duration((timezone.now() - op.started_at).total_seconds())}")  # type: ignore[arg-type]
         return format_html_join(" · ", "{}", ((p,) for p in parts))
 
     @admin.display(description="attempt log")

@@ -358,7 +358,7 @@ class AsyncWorkflow(Workflow):
         if isinstance(outcome, Suspended):
             raise outcome
 
-    async def wait(self, name: str, timeout: float | dt.timedelta | None = None):  # type: ignore[override]
+    async def wait(self, name: str, timeout: float | dt.timedelta | None = None):
         outcome = await off_loop(self._wait, name, timeout)
         if isinstance(outcome, Suspended):
             raise outcome
@@ -367,7 +367,7 @@ class AsyncWorkflow(Workflow):
     async def patched(self, name: str) -> bool:  # type: ignore[override]
         return await off_loop(self._patched, name)
 
-    async def start(self, kind: str, request=None, **options):  # type: ignore[override]
+    async def start(self, kind: str, request=None, **options):
         return await off_loop(self._start, kind, request, options)
 
     async def run_async_step(self, position: int, options: StepOptions, fn: Callable, args, kwargs):
@@ -485,7 +485,7 @@ def workflow(kind: str, **options):
 
         else:
 
-            def run(request, reporter):
+            def run(request, reporter):  # type: ignore[misc]
                 wf = Workflow(reporter, store.step_list(id=reporter.op_id, using=reporter.using))
                 token = _current.set(wf)
                 try:

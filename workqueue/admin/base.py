@@ -365,7 +365,7 @@ class ObjectAction:
     param: str | None = None
 
     def explained(self, obj, value: str | None) -> str:
-        return self.explain(obj, value) if callable(self.explain) else self.explain
+        return self.explain(obj, value) if callable(self.explain) else self.explain  # type: ignore[arg-type]
 
 
 def _param(request, name: str | None) -> str | None:
@@ -433,9 +433,9 @@ class ObjectActionsMixin:
         if chosen is None:
             raise Http404(f"no action {action!r}")
         if not chosen.allowed(obj):
-            self.message_user(
+            self.message_user(  # type: ignore[attr-defined]
                 request, f"{chosen.label}: not possible in its state; nothing was changed.", messages.WARNING
-            )  # type: ignore[attr-defined]
+            )
             return HttpResponseRedirect(back)
         value = _param(request, chosen.param)
         if chosen.param and not value:

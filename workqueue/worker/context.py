@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from django.db import transaction
 
@@ -45,7 +46,7 @@ class Context:
         self.settled = False
         self.worker_id = worker_id
         self.using = using
-        self._limits = None  # set by the worker: where time_limits() goes
+        self._limits: Any = None  # set by the worker: where time_limits() goes
 
     @property
     def hold(self) -> Hold | None:

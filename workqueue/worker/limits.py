@@ -120,7 +120,7 @@ class Watchdog(BackgroundLoop):
                 self.soft_timeouts += 1
                 item = getattr(hold, "item", hold)
                 log.warning("%r: past its soft timeout of %gs; told to stop", item, w.soft_timeout)
-                w.ctx.stop(StopReason.TIMEOUT)
+                w.ctx.stop(StopReason.TIMEOUT)  # type: ignore[attr-defined]
             if w.timeout is not None and elapsed >= w.timeout:
                 with self._lock:
                     if self._runs.get(hold) is not w:
@@ -128,7 +128,7 @@ class Watchdog(BackgroundLoop):
                     del self._runs[hold]
                     self._gone.add(hold)
                 self.timeouts += 1
-                w.ctx.stop(StopReason.TIMEOUT)
+                w.ctx.stop(StopReason.TIMEOUT)  # type: ignore[attr-defined]
                 w.on_timeout(hold, HandlerTimeout(w.timeout))
         return TICK
 

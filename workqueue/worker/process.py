@@ -77,7 +77,7 @@ class Worker:
         # Sync queues whose handlers run in the process pool (workqueue.worker.pools.processes).
         self.process_queues = self._process_queues(options.pool)
         self.processes = (options.processes or os.cpu_count() or 1) if self.process_queues else 0
-        sync = [q for q in self.queues if not registry.get(q).is_async]
+        sync = [q for q in self.queues if not registry.get(q).is_async]  # type: ignore[union-attr]
         self.runners = self.processes if set(sync) <= set(self.process_queues) else self.concurrency + self.processes
         # Keep up to one batch claimed ahead of the runners, and claim again once half of
         # it has started, so runners never sit idle while a claim is on the wire.
@@ -129,7 +129,7 @@ class Worker:
             wake=self.wake,
             stopping=self.shutdown.stopping,
             loop_queues=self.loop_queues,
-            loop_pool=self.loop_pool,
+            loop_pool=self.loop_pool,  # type: ignore[arg-type]
             before_pass=self._find_family_queues if self.families else None,
         )
         self.claim_loop.describe_pool = self.describe_pool
@@ -273,7 +273,7 @@ class Worker:
         if self._listen_token is not None:
             listener_mod.shared().unsubscribe(self._listen_token)
         pools = [self.pool] if self._loop_pool is None else [self.pool, self._loop_pool]
-        self.shutdown.drain(pools=pools, settler=self.settler, ledger=self.ledger, keeper=self.keeper)
+        self.shutdown.drain(pools=pools, settler=self.settler, ledger=self.ledger, keeper=self.keeper)  # type: ignore[arg-type]
         self.keeper.close()
         self._runs.watchdog.stop(1.0)
         try:

@@ -32,6 +32,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from typing import Any
 
 from workqueue import tracing
 from workqueue.worker import metrics
@@ -119,7 +120,7 @@ class Child:  # pragma: no cover - runs in the child
         self.conn = conn
         self.send_lock = threading.Lock()
         self.runs: stdqueue.SimpleQueue = stdqueue.SimpleQueue()
-        self.ctx = None
+        self.ctx: Any = None
 
     def send(self, message) -> None:
         with self.send_lock:
@@ -196,8 +197,8 @@ class Slot:
     def __init__(self, pool: ProcessRunnerPool, index: int):
         self.pool = pool
         self.index = index
-        self.proc = None
-        self.conn = None
+        self.proc: Any = None
+        self.conn: Any = None
         self.pid: int | None = None
         self.tasks = 0
         self.current: Hold | None = None
