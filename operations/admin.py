@@ -321,13 +321,13 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
 
     @admin.display(description="created → started → finished")
     def timing(self, op):
-        parts = [format_html("created {}", relative(op.created_at))]
+        parts: list[str] = [format_html("created {}", relative(op.created_at))]
         if op.started_at:
-            parts.append(f"queued {duration((op.started_at - op.created_at).total_seconds())}")  # type: ignore[arg-type]
+            parts.append(f"queued {duration((op.started_at - op.created_at).total_seconds())}")
         if op.started_at and op.finished_at:
-            parts.append(f"ran {duration((op.finished_at - op.started_at).total_seconds())}")  # type: ignore[arg-type]
+            parts.append(f"ran {duration((op.finished_at - op.started_at).total_seconds())}")
         elif op.started_at:
-            parts.append(f"running {duration((timezone.now() - op.started_at).total_seconds())}")  # type: ignore[arg-type]
+            parts.append(f"running {duration((timezone.now() - op.started_at).total_seconds())}")
         return format_html_join(" · ", "{}", ((p,) for p in parts))
 
     @admin.display(description="attempt log")

@@ -8,12 +8,13 @@ import json
 import threading
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 import operations
 from operations import deps, service, store
 from operations.models import Operation, OperationDependency
+from tests.conftest import statements_run
 from tests.operations.conftest import begin, claim_one, items_for, op_row, run_next
 from tests.testapp.models import OperationRun
 from workqueue.models import WorkItem
@@ -306,14 +307,7 @@ def test_a_work_item_enqueued_by_hand_for_a_waiting_dependent_does_not_run_it():
 
 
 def _statements_of_one_run() -> list[str]:
-    # The statements as sent (an execute wrapper: Django 5.2's query capture records some as None).
-    sent: list[str] = []
-
-    def record(execute, sql, params, many, context):
-        sent.append(sql)
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
+    with statements_run() as sent:
         assert run_next() is not None
     return sent
 

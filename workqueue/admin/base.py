@@ -360,12 +360,12 @@ class ObjectAction:
 
     name: str
     label: str
-    explain: str | Callable[[Any, str], str]
+    explain: str | Callable[[Any, str | None], str]
     allowed: Callable[[Any], bool]
     param: str | None = None
 
     def explained(self, obj, value: str | None) -> str:
-        return self.explain(obj, value) if callable(self.explain) else self.explain  # type: ignore[arg-type]
+        return self.explain(obj, value) if callable(self.explain) else self.explain
 
 
 def _param(request, name: str | None) -> str | None:

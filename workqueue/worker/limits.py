@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from workqueue.states import StopReason
 from workqueue.worker.loop import BackgroundLoop
@@ -47,13 +48,19 @@ class SoftTimeout(Exception):
         super().__init__("the run was cancelled at its soft timeout and did not catch it")
 
 
+class Stoppable(Protocol):
+    """What the watchdog tells a run through: its Context (the parent's, on the process pool)."""
+
+    def stop(self, reason: StopReason) -> None: ...
+
+
 @dataclass
 class Watched:
-    ctx: object
+    ctx: Stoppable
     started: float
     soft_timeout: float | None
     timeout: float | None
-    on_timeout: Callable[[object, HandlerTimeout], None]
+    on_timeout: Callable[[Any, HandlerTimeout], None]
     told: bool = False
 
 
@@ -77,7 +84,7 @@ class Watchdog(BackgroundLoop):
         *,
         soft_timeout: float | None,
         timeout: float | None,
-        on_timeout: Callable[[object, HandlerTimeout], None],
+        on_timeout: Callable[[Any, HandlerTimeout], None],
         started: float | None = None,
     ) -> None:
         """Watch ``hold``'s run (from ``started``, a monotonic time; now by default)."""
@@ -120,7 +127,7 @@ class Watchdog(BackgroundLoop):
                 self.soft_timeouts += 1
                 item = getattr(hold, "item", hold)
                 log.warning("%r: past its soft timeout of %gs; told to stop", item, w.soft_timeout)
-                w.ctx.stop(StopReason.TIMEOUT)  # type: ignore[attr-defined]
+                w.ctx.stop(StopReason.TIMEOUT)
             if w.timeout is not None and elapsed >= w.timeout:
                 with self._lock:
                     if self._runs.get(hold) is not w:
@@ -128,7 +135,7 @@ class Watchdog(BackgroundLoop):
                     del self._runs[hold]
                     self._gone.add(hold)
                 self.timeouts += 1
-                w.ctx.stop(StopReason.TIMEOUT)  # type: ignore[attr-defined]
+                w.ctx.stop(StopReason.TIMEOUT)
                 w.on_timeout(hold, HandlerTimeout(w.timeout))
         return TICK
 

@@ -157,7 +157,7 @@ class Runs:
             ctx,
             soft_timeout=soft_timeout,
             timeout=timeout,
-            on_timeout=lambda hold, exc: self.give_up(hold, exc, on_abandon=on_abandon),  # type: ignore[arg-type]
+            on_timeout=lambda hold, exc: self.give_up(hold, exc, on_abandon=on_abandon),
         )
 
     def give_up(self, hold: Hold, exc: BaseException, *, died: bool = False, on_abandon=None) -> None:
