@@ -82,6 +82,12 @@ class WorkItem(models.Model):
     )
     metadata = models.JSONField(default=dict, blank=True)
     trace_context = models.JSONField(null=True, blank=True)
+    # One entry per attempt that ended otherwise than by success (retried, failed, lease
+    # lapsed, cancelled, ...), the newest 20, written by the statement that ended it (the
+    # attempt_ended fragment). A success is the row itself: the admin's timeline adds it.
+    attempt_log = models.JSONField(
+        db_default=models.Value([], output_field=models.JSONField()), blank=True, editable=False
+    )
     claimed_by = models.CharField(max_length=200, blank=True, db_default="")
     # Set at enqueue and never changed by the queue: max_running_per_group and rate_per_group
     # count per (queue, group_key). NULL: in no group, so no per-group limit applies.

@@ -271,6 +271,28 @@ class FastListMixin:
         return LeanChangeList
 
 
+#: How often a live page (the dashboard, the work-item list, the Workers page) refetches itself.
+LIVE_EVERY_SECONDS = 5
+
+
+def live_context(regions: str) -> dict[str, Any]:
+    """What a page's live toggle needs (admin/workqueue/_live.html): the CSS selectors of the
+    parts workqueue/live.js swaps in place, separated by "|", and how often."""
+    return {"live_regions": regions, "live_every": LIVE_EVERY_SECONDS}
+
+
+class LiveListMixin:
+    """A change list that keeps itself current in place (workqueue/live.js): its rows and its
+    paginator are refetched every few seconds, unless the operator has ticked rows for an action."""
+
+    live_regions = ".results|.paginator"
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(  # type: ignore[misc]
+            request, extra_context={**live_context(self.live_regions), **(extra_context or {})}
+        )
+
+
 class ReadOnlyMixin:
     """Rows written by the queue itself: viewable, never added, edited or deleted here."""
 

@@ -14,9 +14,9 @@ from django.db.models.functions import Now
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
-from workqueue import controls, values
+from workqueue import attempts, controls, values
 from workqueue.admin import charts
 from workqueue.admin import snapshot as dashboard
 from workqueue.admin.base import (
@@ -24,12 +24,14 @@ from workqueue.admin.base import (
     MAX_ACTION_ITEMS,
     FastListMixin,
     GuardedModelAdmin,
+    LiveListMixin,
     ObjectAction,
     ObjectActionsMixin,
     QueueFilter,
     ReadOnlyMixin,
     SituationFilter,
     StuckFilter,
+    live_context,
     state_badge,
 )
 from workqueue.conf import wq_settings
@@ -61,7 +63,7 @@ def _scheduled(obj) -> bool:
 
 
 @admin.register(WorkItem)
-class WorkItemAdmin(ObjectActionsMixin, FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
+class WorkItemAdmin(ObjectActionsMixin, LiveListMixin, FastListMixin, ReadOnlyMixin, GuardedModelAdmin):
     # What fits in 1280 px beside the sidebar and the filters; the rest is on the item's page.
     list_display = (
         "key_display",
@@ -74,7 +76,7 @@ class WorkItemAdmin(ObjectActionsMixin, FastListMixin, ReadOnlyMixin, GuardedMod
     list_display_links = ("key_display",)
     list_filter = ("state", StuckFilter, SituationFilter, QueueFilter, "environment")
     list_select_related = ("environment",)
-    list_defer = ("last_error", "metadata", "trace_context")
+    list_defer = ("last_error", "metadata", "trace_context", "attempt_log")
     sortable_by = ("age_display",)
     search_fields = ("public_id", "key")
     search_help_text = "An exact work id (work_…) or key."
@@ -125,6 +127,7 @@ class WorkItemAdmin(ObjectActionsMixin, FastListMixin, ReadOnlyMixin, GuardedMod
                 )
             },
         ),
+        ("Attempts", {"fields": ("attempts_timeline",)}),
         ("Data", {"fields": ("metadata_display", "trace_context_display")}),
     )
     readonly_fields = (
@@ -136,6 +139,7 @@ class WorkItemAdmin(ObjectActionsMixin, FastListMixin, ReadOnlyMixin, GuardedMod
         "age_display",
         "metadata_display",
         "trace_context_display",
+        "attempts_timeline",
     )
 
     def get_queryset(self, request):
@@ -255,6 +259,7 @@ class WorkItemAdmin(ObjectActionsMixin, FastListMixin, ReadOnlyMixin, GuardedMod
             "environments_url": reverse(f"{self.admin_site.name}:workqueue_environment_changelist"),
             "maintenance_url": reverse(f"{self.admin_site.name}:workqueue_maintenancerun_changelist"),
             "charts_url": reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard_charts"),
+            **live_context("#wq-asof-stamp|.wq-cards|#wq-queues|#wq-environments|#flow-control"),
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/workqueue/dashboard.html", context)
@@ -358,6 +363,35 @@ class WorkItemAdmin(ObjectActionsMixin, FastListMixin, ReadOnlyMixin, GuardedMod
     @admin.display(description="last error")
     def last_error_display(self, obj):
         return format_html('<pre class="wq-pre">{}</pre>', obj.last_error) if obj.last_error else DASH
+
+    @admin.display(description="timeline")
+    def attempts_timeline(self, obj):
+        """One row per attempt, oldest first: the log of those that ended otherwise than by
+        success, and the row's own (under way, or the one that ended it)."""
+        rows = attempts.timeline(obj)
+        if not rows:
+            return format_html('<span class="wq-quiet">{}</span>', "No attempt yet.")
+        return format_html(
+            '<table class="wq-timeline"><thead><tr><th scope="col">#</th><th scope="col">started</th>'
+            '<th scope="col">worker</th><th scope="col">ended</th><th scope="col">ran</th>'
+            '<th scope="col">outcome</th><th scope="col">error</th></tr></thead><tbody>{}</tbody></table>',
+            format_html_join(
+                "",
+                '<tr class="wq-attempt">' + "<td>{}</td>" * 7 + "</tr>",
+                (
+                    (
+                        a.number,
+                        timestamp(a.started_at) if a.started_at else DASH,
+                        a.worker or DASH,
+                        timestamp(a.ended_at) if a.ended_at else DASH,
+                        duration(a.seconds) if a.seconds is not None else DASH,
+                        a.outcome,
+                        format_html('<pre class="wq-pre">{}</pre>', a.error) if a.error else DASH,
+                    )
+                    for a in rows
+                ),
+            ),
+        )
 
     @admin.display(description="metadata")
     def metadata_display(self, obj):

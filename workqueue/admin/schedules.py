@@ -21,7 +21,7 @@ from workqueue import schedules, values
 from workqueue.admin.base import GuardedModelAdmin, ObjectAction, ObjectActionsMixin
 from workqueue.exceptions import InvalidInput, InvalidSchedule
 from workqueue.models import Schedule, WorkItem
-from workqueue.templatetags.workqueue_admin import DASH, badge, duration, seconds_between
+from workqueue.templatetags.workqueue_admin import DASH, badge, duration, seconds_between, timestamp
 
 
 class ScheduleForm(forms.ModelForm):
@@ -260,7 +260,15 @@ class ScheduleAdmin(ObjectActionsMixin, GuardedModelAdmin):
             return DASH
         wait = seconds_between(obj.next_slot, getattr(obj, "db_now", None))
         text = "due now" if wait is None or wait <= 0 else f"in {duration(wait)}"
-        return format_html('<span title="{}">{}</span>', obj.next_slot, text)
+        # workqueue/live.js counts data-wait down each second (from the database's clock, not
+        # the browser's); without JavaScript the text is as of the page's load.
+        return format_html(
+            '<time class="wq-countdown" datetime="{}" data-wait="{}" title="{}">{}</time>',
+            obj.next_slot.isoformat(),
+            f"{wait:.1f}" if wait is not None else "0",
+            timestamp(obj.next_slot),
+            text,
+        )
 
     @admin.display(description="last run", ordering="last_fired_at")
     def last_display(self, obj):

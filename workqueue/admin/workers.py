@@ -14,6 +14,7 @@ from workqueue.admin import snapshot as dashboard
 from workqueue.admin.base import (
     FastListMixin,
     GuardedModelAdmin,
+    LiveListMixin,
     ReadOnlyMixin,
 )
 from workqueue.conf import wq_settings
@@ -59,7 +60,7 @@ class WorkerChangeList(ChangeList):
 
 
 @admin.register(Worker)
-class WorkerAdmin(ReadOnlyMixin, GuardedModelAdmin):
+class WorkerAdmin(LiveListMixin, ReadOnlyMixin, GuardedModelAdmin):
     list_display = (
         "id",
         "status_display",

@@ -20,6 +20,7 @@
 --   {lapsed_spent:W}                        whether lapsed item W spent its attempts
 --   {lapsed_error:ATTEMPTS, MAX_ATTEMPTS}   the one last_error of a lapsed, spent item
 --   {lapsed_settle:W}                       the SET list deciding a lapsed lease
+--   {attempt_ended:W, OUTCOME, ERROR}       W's attempt_log with the attempt that ended appended
 --   {item_extend_held:ID, TOKEN, LEASE_S}   move a running item's lease (proof checked)
 --   {item_lock_held:ID, TOKEN, STATES}      lock the item if the proof matches
 --   {item_lock_key:KEY}                     lock every unsettled item of a key
@@ -108,7 +109,21 @@ stopped_at = CASE WHEN {lapsed_spent:$w} THEN now() END,
 last_error = CASE WHEN {lapsed_spent:$w}
                   THEN {lapsed_error:$w.attempts, $w.max_attempts}
                   ELSE $w.last_error END,
-lease_token = NULL, lease_expires_at = NULL, reclaimed = true
+lease_token = NULL, lease_expires_at = NULL, reclaimed = true,
+attempt_log = {attempt_ended:$w, 'lease lapsed', NULL}
+
+
+-- fragment: attempt_ended(w, outcome, error)
+-- The attempt_log of item W (a work_items row alias, read before the write) with the attempt
+-- that just ended appended: its number, holder, start, end, OUTCOME and ERROR (NULL: none).
+-- Only the statements that end an attempt otherwise than by success write it, each in the
+-- UPDATE that already ends the attempt: a success is the row itself (attempts, claimed_by,
+-- started_at, stopped_at), so the settle of the hot path writes nothing more. The oldest
+-- entry is dropped once there are 20: an item retried forever keeps a bounded log.
+(CASE WHEN jsonb_array_length($w.attempt_log) >= 20 THEN $w.attempt_log - 0 ELSE $w.attempt_log END)
+|| jsonb_build_array(jsonb_build_object(
+       'attempt', $w.attempts, 'worker', $w.claimed_by, 'started_at', $w.started_at, 'ended_at', now(),
+       'outcome', $outcome::text, 'error', $error::text))
 
 
 -- fragment: item_extend_held(id, token, lease_s)
@@ -167,7 +182,8 @@ EXISTS (SELECT 1 FROM work_items AS live WHERE live.queue = $queue AND live.key 
 -- checked the proof (item_lock_held) earlier in the statement. Returns its id.
 UPDATE work_items AS w
 SET state = 'stopped', outcome = $outcome, stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
-    last_error = $error
+    last_error = $error,
+    attempt_log = CASE WHEN $outcome = 'succeeded' THEN w.attempt_log ELSE {attempt_ended:w, $outcome, $error} END
 FROM $source
 WHERE w.id = $id
 RETURNING w.id
@@ -178,7 +194,8 @@ RETURNING w.id
 -- SOURCE has a row (as item_settle). Returns its id.
 UPDATE work_items AS w
 SET state = 'queued', run_after = now() + make_interval(secs => $delay_s), lease_token = NULL,
-    lease_expires_at = NULL, last_error = $error, reclaimed = false
+    lease_expires_at = NULL, last_error = $error, reclaimed = false,
+    attempt_log = {attempt_ended:w, 'retried', $error}
 FROM $source
 WHERE w.id = $id
 RETURNING w.id
@@ -401,7 +418,8 @@ claimed AS (
     UPDATE work_items w
     SET state = 'active', attempts = w.attempts + 1, lease_token = gen_random_uuid(),
         lease_expires_at = now() + make_interval(secs => c.lease_s), started_at = now(),
-        claimed_by = %(worker_id)s, reclaimed = c.lapsed
+        claimed_by = %(worker_id)s, reclaimed = c.lapsed,
+        attempt_log = CASE WHEN c.lapsed THEN {attempt_ended:w, 'lease lapsed', NULL} ELSE w.attempt_log END
     FROM $candidates c
     WHERE {by_pkey:w, SELECT id FROM $candidates} AND w.id = c.id AND NOT (c.lapsed AND c.spent)
     RETURNING {claimed}

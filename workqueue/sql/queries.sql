@@ -253,7 +253,8 @@ RETURNING t.n;
 UPDATE work_items
 SET state = 'queued', run_after = now() + make_interval(secs => %(delay)s), lease_token = NULL,
     lease_expires_at = NULL, last_error = %(error)s, reclaimed = false,
-    connection_losses = CASE WHEN %(connection_lost)s::bool THEN connection_losses + 1 ELSE 0 END
+    connection_losses = CASE WHEN %(connection_lost)s::bool THEN connection_losses + 1 ELSE 0 END,
+    attempt_log = {attempt_ended:work_items, 'retried', %(error)s}
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_running}
 RETURNING id;
 
@@ -264,7 +265,8 @@ RETURNING id;
 UPDATE work_items
 SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL, last_error = %(error)s,
-    connection_losses = CASE WHEN %(connection_lost)s::bool THEN connection_losses + 1 ELSE 0 END
+    connection_losses = CASE WHEN %(connection_lost)s::bool THEN connection_losses + 1 ELSE 0 END,
+    attempt_log = {attempt_ended:work_items, 'failed', %(error)s}
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_held}
 RETURNING id;
 
@@ -274,7 +276,8 @@ RETURNING id;
 -- It is new work, so its attempt count starts again.
 UPDATE work_items
 SET state = 'queued', run_after = now(), lease_token = NULL, lease_expires_at = NULL,
-    attempts = 0, reclaimed = false, connection_losses = 0
+    attempts = 0, reclaimed = false, connection_losses = 0,
+    attempt_log = {attempt_ended:work_items, 'requeued', NULL}
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_running}
 RETURNING id;
 
@@ -285,7 +288,8 @@ RETURNING id;
 -- comes back with the id: a worker may give back an old and a new claim of one item.
 UPDATE work_items w
 SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL,
-    lease_expires_at = NULL, reclaimed = false, claimed_by = ''
+    lease_expires_at = NULL, reclaimed = false, claimed_by = '',
+    attempt_log = {attempt_ended:w, 'released', NULL}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
 WHERE {by_pkey:w, SELECT unnest(%(ids)s::bigint[])} AND w.id = t.id AND w.lease_token = t.token
   AND w.state IN {states_running}
@@ -300,7 +304,8 @@ RETURNING w.id, t.token;
 UPDATE work_items
 SET state = 'queued', attempts = greatest(attempts - 1, 0), lease_token = NULL,
     lease_expires_at = NULL, reclaimed = false, claimed_by = '', last_error = %(error)s,
-    connection_losses = connection_losses + 1
+    connection_losses = connection_losses + 1,
+    attempt_log = {attempt_ended:work_items, 'connection lost', %(error)s}
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {states_running}
 RETURNING id;
 
@@ -341,7 +346,8 @@ WHERE w.id = %(id)s;
 -- new item. No proof: the holder's next proof-bearing write fails instead.
 UPDATE work_items AS w
 SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
-    stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
+    stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL,
+    attempt_log = CASE WHEN w.state IN {states_held} THEN {attempt_ended:w, 'cancelled', NULL} ELSE w.attempt_log END
 WHERE key = %(key)s AND state IN {states_unsettled}
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
 RETURNING {item};
@@ -351,7 +357,8 @@ RETURNING {item};
 -- Operator's force stop of chosen items (admin): any unsettled item → stopped, cancelled.
 UPDATE work_items AS w
 SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
-    stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
+    stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL,
+    attempt_log = CASE WHEN w.state IN {states_held} THEN {attempt_ended:w, 'force stopped', NULL} ELSE w.attempt_log END
 WHERE id = ANY(%(ids)s::bigint[]) AND state <> 'stopped'
 RETURNING {item};
 
@@ -363,7 +370,9 @@ RETURNING {item};
 UPDATE work_items AS w
 SET state = 'queued', run_after = now(), lease_token = NULL, lease_expires_at = NULL,
     reclaimed = false, acknowledged_at = NULL, started_at = NULL, last_heartbeat_at = NULL,
-    public_id = CASE WHEN handed_out THEN work_mint_id('work_') ELSE public_id END
+    public_id = CASE WHEN handed_out THEN work_mint_id('work_') ELSE public_id END,
+    attempt_log = CASE WHEN w.state IN {states_held} THEN {attempt_ended:w, 'requeued by an operator', NULL}
+                       ELSE w.attempt_log END
 WHERE id = ANY(%(ids)s::bigint[]) AND state IN {states_live}
 RETURNING {item};
 
@@ -419,7 +428,8 @@ victims AS (
 )
 UPDATE work_items w
 SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
-    last_error = format('hard timeout: held longer than %%s s', v.timeout_s)
+    last_error = format('hard timeout: held longer than %%s s', v.timeout_s),
+    attempt_log = {attempt_ended:w, 'timed out', format('hard timeout: held longer than %%s s', v.timeout_s)}
 FROM victims v
 WHERE w.id = v.id
 RETURNING {item};

@@ -36,7 +36,11 @@ f AS (
 item AS (
     UPDATE work_items AS w
     SET state = 'stopped', outcome = CASE f.state WHEN 'succeeded' THEN 'succeeded' WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END, stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
-        last_error = %(error_message)s::text
+        last_error = %(error_message)s::text,
+        attempt_log = CASE WHEN CASE f.state WHEN 'succeeded' THEN 'succeeded' WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END = 'succeeded' THEN w.attempt_log ELSE (CASE WHEN jsonb_array_length(w.attempt_log) >= 20 THEN w.attempt_log - 0 ELSE w.attempt_log END)
+            || jsonb_build_array(jsonb_build_object(
+                   'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
+                   'outcome', CASE f.state WHEN 'succeeded' THEN 'succeeded' WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END::text, 'error', %(error_message)s::text::text)) END
     FROM f
     WHERE w.id = %(item_id)s
     RETURNING w.id

@@ -22,7 +22,11 @@ r AS (
 item AS (
     UPDATE work_items AS w
     SET state = 'queued', run_after = now() + make_interval(secs => %(delay)s), lease_token = NULL,
-        lease_expires_at = NULL, last_error = %(error_message)s::text, reclaimed = false
+        lease_expires_at = NULL, last_error = %(error_message)s::text, reclaimed = false,
+        attempt_log = (CASE WHEN jsonb_array_length(w.attempt_log) >= 20 THEN w.attempt_log - 0 ELSE w.attempt_log END)
+            || jsonb_build_array(jsonb_build_object(
+                   'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
+                   'outcome', 'retried'::text, 'error', %(error_message)s::text::text))
     FROM r
     WHERE w.id = %(item_id)s
     RETURNING w.id

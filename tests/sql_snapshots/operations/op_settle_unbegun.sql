@@ -27,7 +27,15 @@ item AS (
                                      ELSE format(
                                              'lease lapsed on attempt %%s of %%s (the holder died or stalled); attempts are spent, so it is not retried',
                                              gone.attempts, gone.max_attempts
-                                         ) END
+                                         ) END,
+        attempt_log = CASE WHEN CASE gone.state WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END = 'succeeded' THEN w.attempt_log ELSE (CASE WHEN jsonb_array_length(w.attempt_log) >= 20 THEN w.attempt_log - 0 ELSE w.attempt_log END)
+            || jsonb_build_array(jsonb_build_object(
+                   'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
+                   'outcome', CASE gone.state WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END::text, 'error', CASE gone.state WHEN 'cancelled' THEN 'operation cancelled before this attempt began'
+                                                ELSE format(
+                                                        'lease lapsed on attempt %%s of %%s (the holder died or stalled); attempts are spent, so it is not retried',
+                                                        gone.attempts, gone.max_attempts
+                                                    ) END::text)) END
     FROM gone
     WHERE w.id = %(item_id)s
     RETURNING w.id

@@ -1,7 +1,11 @@
 -- item_cancel_key, from workqueue/sql/queries.sql (expanded)
 UPDATE work_items AS w
 SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
-    stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
+    stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL,
+    attempt_log = CASE WHEN w.state IN ('starting', 'active', 'stopping') THEN (CASE WHEN jsonb_array_length(w.attempt_log) >= 20 THEN w.attempt_log - 0 ELSE w.attempt_log END)
+        || jsonb_build_array(jsonb_build_object(
+               'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
+               'outcome', 'cancelled'::text, 'error', NULL::text)) ELSE w.attempt_log END
 WHERE key = %(key)s AND state IN ('queued', 'starting', 'active', 'stopping')
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
 RETURNING w.id, w.public_id, w.queue, w.key, w.environment_id, w.state, w.outcome, w.priority, w.run_after,

@@ -56,7 +56,11 @@ claimed AS (
     UPDATE work_items w
     SET state = 'active', attempts = w.attempts + 1, lease_token = gen_random_uuid(),
         lease_expires_at = now() + make_interval(secs => c.lease_s), started_at = now(),
-        claimed_by = %(worker_id)s, reclaimed = c.lapsed
+        claimed_by = %(worker_id)s, reclaimed = c.lapsed,
+        attempt_log = CASE WHEN c.lapsed THEN (CASE WHEN jsonb_array_length(w.attempt_log) >= 20 THEN w.attempt_log - 0 ELSE w.attempt_log END)
+            || jsonb_build_array(jsonb_build_object(
+                   'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
+                   'outcome', 'lease lapsed'::text, 'error', NULL::text)) ELSE w.attempt_log END
     FROM candidates c
     WHERE w.id = ANY (ARRAY(SELECT id FROM candidates)) AND w.id = c.id AND NOT (c.lapsed AND c.spent)
     RETURNING w.id, w.public_id, w.queue, w.key, w.environment_id, w.state, w.outcome, w.priority, w.run_after,
@@ -74,7 +78,11 @@ settled AS (
                                   w.attempts, w.max_attempts
                               )
                           ELSE w.last_error END,
-        lease_token = NULL, lease_expires_at = NULL, reclaimed = true
+        lease_token = NULL, lease_expires_at = NULL, reclaimed = true,
+        attempt_log = (CASE WHEN jsonb_array_length(w.attempt_log) >= 20 THEN w.attempt_log - 0 ELSE w.attempt_log END)
+            || jsonb_build_array(jsonb_build_object(
+                   'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
+                   'outcome', 'lease lapsed'::text, 'error', NULL::text))
     FROM candidates c
     WHERE w.id = ANY (ARRAY(SELECT id FROM candidates)) AND w.id = c.id AND c.lapsed AND c.spent
     RETURNING w.id, w.public_id, w.queue, w.key, w.environment_id, w.state, w.outcome, w.priority, w.run_after,

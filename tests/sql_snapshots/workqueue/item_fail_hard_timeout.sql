@@ -13,7 +13,11 @@ victims AS (
 )
 UPDATE work_items w
 SET state = 'stopped', outcome = 'failed', stopped_at = now(), lease_token = NULL, lease_expires_at = NULL,
-    last_error = format('hard timeout: held longer than %%s s', v.timeout_s)
+    last_error = format('hard timeout: held longer than %%s s', v.timeout_s),
+    attempt_log = (CASE WHEN jsonb_array_length(w.attempt_log) >= 20 THEN w.attempt_log - 0 ELSE w.attempt_log END)
+        || jsonb_build_array(jsonb_build_object(
+               'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
+               'outcome', 'timed out'::text, 'error', format('hard timeout: held longer than %%s s', v.timeout_s)::text))
 FROM victims v
 WHERE w.id = v.id
 RETURNING w.id, w.public_id, w.queue, w.key, w.environment_id, w.state, w.outcome, w.priority, w.run_after,

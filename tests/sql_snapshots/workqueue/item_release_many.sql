@@ -1,7 +1,11 @@
 -- item_release_many, from workqueue/sql/queries.sql (expanded)
 UPDATE work_items w
 SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL,
-    lease_expires_at = NULL, reclaimed = false, claimed_by = ''
+    lease_expires_at = NULL, reclaimed = false, claimed_by = '',
+    attempt_log = (CASE WHEN jsonb_array_length(w.attempt_log) >= 20 THEN w.attempt_log - 0 ELSE w.attempt_log END)
+        || jsonb_build_array(jsonb_build_object(
+               'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
+               'outcome', 'released'::text, 'error', NULL::text))
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
 WHERE w.id = ANY (ARRAY(SELECT unnest(%(ids)s::bigint[]))) AND w.id = t.id AND w.lease_token = t.token
   AND w.state IN ('starting', 'active')

@@ -10,6 +10,10 @@ SET state = CASE WHEN (w.attempts >= w.max_attempts) THEN 'stopped' ELSE 'queued
                           )
                       ELSE w.last_error END,
     lease_token = NULL, lease_expires_at = NULL, reclaimed = true,
+    attempt_log = (CASE WHEN jsonb_array_length(w.attempt_log) >= 20 THEN w.attempt_log - 0 ELSE w.attempt_log END)
+        || jsonb_build_array(jsonb_build_object(
+               'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
+               'outcome', 'lease lapsed'::text, 'error', NULL::text)),
     public_id = CASE WHEN (w.attempts >= w.max_attempts) THEN w.public_id ELSE work_mint_id('work_') END,
     acknowledged_at = NULL, started_at = NULL, last_heartbeat_at = NULL
 FROM (

@@ -2,7 +2,12 @@
 UPDATE work_items AS w
 SET state = 'queued', run_after = now(), lease_token = NULL, lease_expires_at = NULL,
     reclaimed = false, acknowledged_at = NULL, started_at = NULL, last_heartbeat_at = NULL,
-    public_id = CASE WHEN handed_out THEN work_mint_id('work_') ELSE public_id END
+    public_id = CASE WHEN handed_out THEN work_mint_id('work_') ELSE public_id END,
+    attempt_log = CASE WHEN w.state IN ('starting', 'active', 'stopping') THEN (CASE WHEN jsonb_array_length(w.attempt_log) >= 20 THEN w.attempt_log - 0 ELSE w.attempt_log END)
+        || jsonb_build_array(jsonb_build_object(
+               'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
+               'outcome', 'requeued by an operator'::text, 'error', NULL::text))
+                       ELSE w.attempt_log END
 WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('queued', 'starting', 'active')
 RETURNING w.id, w.public_id, w.queue, w.key, w.environment_id, w.state, w.outcome, w.priority, w.run_after,
     w.attempts, w.max_attempts, w.lease_token, w.lease_expires_at, w.reclaimed, w.metadata,

@@ -27,7 +27,11 @@ exhausted AS (
                                   w.attempts, w.max_attempts
                               )
                           ELSE w.last_error END,
-        lease_token = NULL, lease_expires_at = NULL, reclaimed = true
+        lease_token = NULL, lease_expires_at = NULL, reclaimed = true,
+        attempt_log = (CASE WHEN jsonb_array_length(w.attempt_log) >= 20 THEN w.attempt_log - 0 ELSE w.attempt_log END)
+            || jsonb_build_array(jsonb_build_object(
+                   'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
+                   'outcome', 'lease lapsed'::text, 'error', NULL::text))
     FROM (
         SELECT s.id FROM work_items s
         WHERE s.environment_id = %(environment_id)s AND s.wire AND s.state IN ('starting', 'active')
