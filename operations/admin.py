@@ -7,6 +7,7 @@ import functools
 import json
 
 from django.contrib import admin, messages
+from django.db.models import Q
 from django.http import Http404
 from django.urls import path, reverse
 from django.utils import timezone
@@ -19,7 +20,7 @@ from operations.http import api_error, render, watch_response
 from operations.models import PARENT_KINDS, Operation, State
 from operations.runner import CODE_CANCELLED
 from workqueue import values
-from workqueue.admin import FastListMixin, GuardedModelAdmin, checks_its_own_ids
+from workqueue.admin import FastListMixin, GuardedModelAdmin, checks_its_own_ids, search
 from workqueue.admin.base import ObjectAction, ObjectActionsMixin
 from workqueue.exceptions import InvalidInput
 from workqueue.templatetags.workqueue_admin import DASH, duration, relative, timestamp
@@ -154,6 +155,7 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
     list_display_links = ["id_display"]
     list_filter = ["state", KindFilter, OwnerFilter, admin_workflows.WorkflowFilter]
     search_fields = ["=id", "=owner", "kind"]
+    search_help_text = search.help_text("the request", "An exact id or owner, or a kind")
     list_per_page = 50
     list_defer = ("result_detail", "attempt_log", "error_message", "request")
     ordering = ["-created_at", "-id"]
@@ -205,7 +207,6 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
                     "kind",
                     "owner",
                     "state_badge",
-                    "progress",
                     "attempts_display",
                     "cancel_requested",
                     "family",
@@ -220,6 +221,17 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
     ]
     change_form_template = "admin/operations/operation/change_form.html"
     children_per_page = 100
+
+    def get_search_results(self, request, queryset, search_term):
+        terms = search.parse(search_term)
+        if terms.error:
+            failed = Operation.objects.filter(state=State.FAILED).order_by("-created_at", "-id")  # operations_state_idx
+            return search.recent_errors(queryset, failed, "error_message", terms.error), False
+        if terms.pairs:  # an id or an owner may hold an "=" too (not a kind: no LIKE over the table)
+            term = search_term.strip()
+            exact = queryset.filter(Q(id=term) | Q(owner=term))
+            return exact | search.json_pairs(queryset, "request", terms, partial=False), False
+        return super().get_search_results(request, queryset, search_term)
 
     @admin.display(description="request")
     def request_display(self, op):
@@ -430,6 +442,8 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
             context["watch_url"] = reverse("admin:operations_operation_watch", args=[obj.pk])
             context["op_done"] = obj.done
             context["op_snapshot"] = render(obj, detail=True)  # json_script encodes it
+            # The live panel's bar takes the state's colour, as the list's bars do.
+            context["op_state_colors"] = json.dumps(STATE_COLORS)
             if obj.is_parent:
                 context["op_children"] = self._children_page(request, obj)
             if obj.workflow:

@@ -21,6 +21,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from operations.conf import configured_table
+from workqueue.indexes import JsonbPathIndex
 
 
 class State(models.TextChoices):
@@ -216,6 +217,9 @@ class Operation(models.Model):
             models.Index(
                 models.F("state"), models.F("created_at").desc(), models.F("id").desc(), name="operations_state_idx"
             ),
+            # The admin's search by request (account=42): a containment, the one operator
+            # jsonb_path_ops serves. The request never changes, so a progress flush stays HOT.
+            JsonbPathIndex(fields=["request"], name="operations_request_idx"),
             # By kind, newest first.
             models.Index(
                 models.F("kind"), models.F("created_at").desc(), models.F("id").desc(), name="operations_kind_idx"

@@ -73,6 +73,8 @@ class Effective:
     paused: bool
     values: dict  # field -> value (None: no limit)
     overridden: frozenset  # the fields an operator set
+    changed_at: object = None  # the controls row's last change, and who made it
+    changed_by: str = ""
 
     def shown(self, field: str) -> str:
         """The value as an operator writes it ('' for no limit)."""
@@ -98,7 +100,14 @@ def effective(conf: QueueSettings, control: Control | None) -> Effective:
         if override is not None:
             overridden.add(f)
         values[f] = override if override is not None else getattr(conf, f)
-    return Effective(conf.name, bool(control and control.paused), values, frozenset(overridden))
+    return Effective(
+        conf.name,
+        bool(control and control.paused),
+        values,
+        frozenset(overridden),
+        changed_at=control.updated_at if control is not None else None,
+        changed_by=control.updated_by if control is not None else "",
+    )
 
 
 def known_queues(*, using: str = DEFAULT_DB_ALIAS) -> list[str]:

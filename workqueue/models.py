@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from workqueue.indexes import JsonbPathIndex
 from workqueue.managers import WorkItemQuerySet
 from workqueue.states import (  # noqa: F401  (re-exported: the documented import path)
     ALL_STATES,
@@ -162,6 +163,16 @@ class WorkItem(models.Model):
                 fields=["environment"],
                 condition=Q(environment__isnull=False),
                 name="work_items_environment_idx",
+            ),
+            # The admin's search by metadata (account=42): a containment over the items that
+            # carry any (most carry none, and those never enter it). jsonb_path_ops: smaller
+            # and faster for @>, the one operator the search uses.
+            JsonbPathIndex(fields=["metadata"], condition=~Q(metadata={}), name="work_items_metadata_idx"),
+            # The admin's error:text search reads the newest failures only, in this order.
+            models.Index(
+                fields=["stopped_at"],
+                condition=Q(state="stopped", outcome="failed"),
+                name="work_items_failed_idx",
             ),
             # The wire's list: newest first per environment, keyset on (created_at, id).
             models.Index(

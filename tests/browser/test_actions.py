@@ -51,3 +51,36 @@ def test_a_viewer_is_offered_no_action(rows, viewer, as_user):
     ):
         page.open(url)
         assert page.page.locator("ul.wq-operate a.button").count() == 0, url
+
+
+def test_cancel_from_an_operations_page_leaves_one_bar_in_the_cancelled_colour(rows, superuser, as_user):
+    """The page has one progress bar, the live panel's (the form's field would disagree with it
+    as the run goes on), and it takes the end state's colour, as the list's bars do."""
+    from operations.admin import STATE_COLORS
+    from operations.models import Operation
+
+    op = rows["op_pending"]
+    Operation.objects.filter(pk=op.pk).update(units_total=8, units_done=3)
+    page = as_user(superuser)
+    url = reverse("admin:operations_operation_change", args=[op.pk])
+    page.open(url)
+    bar = page.page.locator("#op-live-bar")
+
+    def colour() -> str:
+        return bar.evaluate("e => getComputedStyle(e).backgroundColor")
+
+    def rgb(hex_colour: str) -> str:
+        r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+        return f"rgb({r}, {g}, {b})"
+
+    assert page.page.locator(".op-progress-fill").count() == 0  # no second bar in the form
+    assert bar.is_visible() and bar.evaluate("e => e.style.width") == "37.5%"
+    assert colour() == rgb(STATE_COLORS["pending"])
+    page.page.get_by_role("link", name="Cancel").click()
+    page.page.get_by_role("button", name="Cancel").click()
+    page.page.wait_for_load_state("load")
+    assert Operation.objects.get(pk=op.pk).state == "cancelled"
+    assert page.page.locator("#op-live-state").inner_text() == "cancelled"
+    assert colour() == rgb(STATE_COLORS["cancelled"])
+    page.screenshot("operation cancelled from its page")
+    assert page.problems == []

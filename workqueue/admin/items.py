@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 import django
 from django.contrib import admin, messages
@@ -17,7 +18,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from workqueue import attempts, controls, values
-from workqueue.admin import charts
+from workqueue.admin import charts, search
 from workqueue.admin import snapshot as dashboard
 from workqueue.admin.base import (
     BULK_ACTION_CAP,
@@ -79,7 +80,7 @@ class WorkItemAdmin(ObjectActionsMixin, LiveListMixin, FastListMixin, ReadOnlyMi
     list_defer = ("last_error", "metadata", "trace_context", "attempt_log")
     sortable_by = ("age_display",)
     search_fields = ("public_id", "key")
-    search_help_text = "An exact work id (work_…) or key."
+    search_help_text = search.help_text("metadata", "An exact work id (work_…) or key")
     actions = ("requeue_now", "force_stop", "retry_now", "run_now")
     # The same verbs on the item's own page, where its state admits them (confirmed, POSTed).
     object_actions = (
@@ -171,8 +172,15 @@ class WorkItemAdmin(ObjectActionsMixin, LiveListMixin, FastListMixin, ReadOnlyMi
         term = search_term.strip()
         if not term:
             return queryset, False
+        terms = search.parse(term)
+        if terms.error:
+            failed = WorkItem.objects.filter(state=State.STOPPED, outcome=Outcome.FAILED).order_by("-stopped_at")
+            return search.recent_errors(queryset, failed, "last_error", terms.error), False
         # Exact matches only: public_id is unique-indexed; a LIKE over millions of keys is not.
-        return queryset.filter(Q(public_id=term) | Q(key=term)), False
+        exact = queryset.filter(Q(public_id=term) | Q(key=term))
+        if terms.pairs:  # a key may hold an "=" too
+            return exact | search.json_pairs(queryset, "metadata", terms), False
+        return exact, False
 
     def get_urls(self):
         urls = [
@@ -227,6 +235,8 @@ class WorkItemAdmin(ObjectActionsMixin, LiveListMixin, FastListMixin, ReadOnlyMi
                 raise InvalidInput(f"unknown action {action!r}")
         except InvalidInput as exc:
             self.message_user(request, f"{queue or 'Queue'}: {exc}. Nothing was changed.", messages.ERROR)
+            if action == "save":  # back to the row being edited, to fix the value
+                return HttpResponseRedirect(f"{back}?{urlencode({'edit': queue})}#flow-control")
             return HttpResponseRedirect(back)
         row = QueueControl.objects.get(pk=control.queue)
         self.log_change(request, row, message)
@@ -242,6 +252,10 @@ class WorkItemAdmin(ObjectActionsMixin, LiveListMixin, FastListMixin, ReadOnlyMi
             refresh = values.count(request.GET.get("refresh", "0"), what="refresh", minimum=0)
         except InvalidInput:
             refresh = 0
+        snap = dashboard.snapshot()
+        can_control = self.has_operate_permission(request)
+        editing = request.GET.get("edit", "") if can_control else ""
+        regions = "#wq-asof-stamp|.wq-cards|#wq-queues|#wq-environments"
         context = {
             **self.admin_site.each_context(request),
             # Django 5.2's admin styles div.breadcrumbs; 6.x styles ol.breadcrumbs.
@@ -249,8 +263,10 @@ class WorkItemAdmin(ObjectActionsMixin, LiveListMixin, FastListMixin, ReadOnlyMi
             "title": "Queue dashboard",
             "opts": self.opts,
             "app_label": self.opts.app_label,
-            "snapshot": dashboard.snapshot(),
-            "can_control": self.has_operate_permission(request),
+            "snapshot": snap,
+            "flow_rows": self._flow_rows(request, snap, editing),
+            "dashboard_url": reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard"),
+            "can_control": can_control,
             "controls_url": reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard_controls"),
             "control_fields": controls.FIELDS,
             "refresh": min(max(refresh, 5), 300) if refresh else 0,
@@ -259,10 +275,30 @@ class WorkItemAdmin(ObjectActionsMixin, LiveListMixin, FastListMixin, ReadOnlyMi
             "environments_url": reverse(f"{self.admin_site.name}:workqueue_environment_changelist"),
             "maintenance_url": reverse(f"{self.admin_site.name}:workqueue_maintenancerun_changelist"),
             "charts_url": reverse(f"{self.admin_site.name}:{self.opts.app_label}_dashboard_charts"),
-            **live_context("#wq-asof-stamp|.wq-cards|#wq-queues|#wq-environments|#flow-control"),
+            # The flow-control table updates too, but not while a row of it is being edited.
+            **live_context(regions if editing else f"{regions}|#flow-control"),
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/workqueue/dashboard.html", context)
+
+    def _flow_rows(self, request, snap, editing: str) -> list[dict]:
+        """The flow-control table's rows: the queue, whether its row is the one being edited,
+        and a link to its history (the controls row's log entries) once it has one."""
+        site = self.admin_site
+        history = site.is_registered(QueueControl) and site.get_model_admin(QueueControl).has_view_permission(request)
+        rows = []
+        for q in snap.queues:
+            changed = q.flow is not None and q.flow.changed_at is not None
+            rows.append(
+                {
+                    "q": q,
+                    "editing": q.name == editing,
+                    "history": reverse(f"{site.name}:workqueue_queuecontrol_history", args=[q.name])
+                    if history and changed
+                    else None,
+                }
+            )
+        return rows
 
     def charts_view(self, request):
         """Per queue or all: what settled, and wait and run percentiles, over the last hour (per

@@ -225,15 +225,17 @@ def wq_flow_value(flow, field: str) -> SafeString:
 
 
 @register.simple_tag
-def wq_flow_input(flow, field: str) -> SafeString:
-    """The form input for one override: its current override, the setting as placeholder."""
+def wq_flow_input(flow, field: str, form: str = "") -> SafeString:
+    """The input for one override in its column (the header names it): its current override,
+    the setting as placeholder; ``form``: the id of the row's form, which sits in another cell."""
     override = flow.shown(field) if flow is not None and field in flow.overridden else ""
-    label = field.replace("_", " ")
-    hint = "e.g. 50/s" if field.startswith("rate") else "N"
+    setting = flow.values[field] if flow is not None and field not in flow.overridden else None
+    hint = flow.shown(field) if setting is not None else ("e.g. 50/s" if field.startswith("rate") else "N")
     return format_html(
-        '<label class="wq-note">{} <input type="text" name="{}" value="{}" size="7" placeholder="{}"></label> ',
-        label,
+        '<input type="text" name="{}" value="{}" size="7" placeholder="{}" aria-label="{}"{}>',
         field,
         override,
         hint,
+        field.replace("_", " "),
+        format_html(' form="{}"', form) if form else "",
     )

@@ -6,6 +6,7 @@
     var panel = document.getElementById("op-live");
     if (!panel) return;
     var $ = function (id) { return document.getElementById(id); };
+    var colors = JSON.parse(panel.dataset.stateColors || "{}");
     function show(op) {
       var p = op.progress;
       $("op-live-state").textContent = op.state + (op.cancelRequested && !op.done ? " (cancel requested)" : "");
@@ -20,6 +21,9 @@
       if (p.unitsTotal) {
         $("op-live-bar-wrap").hidden = false;
         $("op-live-bar").style.width = Math.min(100, 100 * p.unitsDone / p.unitsTotal) + "%";
+        // The state's colour: green once succeeded, red failed, amber cancelled.
+        if (colors[op.state]) $("op-live-bar").style.background = colors[op.state];
+        $("op-live-bar").dataset.state = op.state;
       } else {
         $("op-live-bar-wrap").hidden = true;  // no denominator: no bar pretending to know the end
       }

@@ -24,7 +24,11 @@ pytestmark = pytest.mark.django_db
 
 
 def flow_section(client) -> str:
-    page = client.get(DASHBOARD).content.decode()
+    return flow_section_of(client.get(DASHBOARD))
+
+
+def flow_section_of(response) -> str:
+    page = response.content.decode()
     return page[page.index('id="flow-control"') :]
 
 
@@ -40,7 +44,20 @@ def test_the_dashboard_shows_paused_and_each_limit_with_its_source(admin_client)
     assert "paused" in row
     assert "2 <span" in row and ">settings<" in row  # max_running_per_group from the settings
     assert "50/s <span" in row and ">override<" in row
-    assert 'name="rate" value="50/s"' in row and 'value="resume"' in row
+    assert 'value="resume"' in row and 'type="text"' not in row  # no inputs until Edit
+    assert "by ops, " in row and "/history/" in row
+    editing = flow_section_of(admin_client.get(DASHBOARD, {"edit": "test.grouped"}))
+    row = editing[editing.index('<th scope="row">test.grouped</th>') :].split("</tr>")[0]
+    assert 'name="rate" value="50/s"' in row and 'form="wq-flow-edit"' in row and 'value="save"' in row
+    # Only that row has inputs, and the table is left out of the live updates meanwhile.
+    assert editing.count('form="wq-flow-edit"') == 4
+    assert (
+        "#flow-control"
+        not in admin_client.get(DASHBOARD, {"edit": "test.grouped"})
+        .content.decode()
+        .split('id="wq-live"')[1]
+        .split(">")[0]
+    )
     page = admin_client.get(DASHBOARD).content.decode()
     queues_table = page[: page.index('id="flow-control"')]
     assert "paused</span>" in queues_table.split("test.grouped", 1)[1].split("</th>")[0]
@@ -102,6 +119,8 @@ def test_a_bad_value_in_the_form_is_refused_and_nothing_is_written(admin_client)
         response = admin_client.post(CONTROLS, {"queue": "test.flow", "action": "save", **bad}, follow=True)
         (message,) = messages_of(response)
         assert "Nothing was changed" in message, message
+        # Back on the row being edited, to fix the value.
+        assert response.redirect_chain[-1][0] == f"{DASHBOARD}?edit=test.flow#flow-control"
     response = admin_client.post(CONTROLS, {"queue": "no.such.queue", "action": "pause"}, follow=True)
     assert "unknown queue" in messages_of(response)[0]
     assert list(QueueControl.objects.values_list()) == before

@@ -1,0 +1,113 @@
+"""The admin's search box: an exact id or key, field=value over metadata (and an operation's
+request), error:text over the newest failures; each answered by an index."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.db.models.functions import Now
+from django.urls import reverse
+
+import operations
+from operations.models import Operation
+from tests.workqueue.admin.conftest import make_item
+from workqueue.admin import search
+from workqueue.models import Outcome, State, WorkItem
+
+CHANGELIST = reverse("admin:workqueue_workitem_changelist")
+OPS = reverse("admin:operations_operation_changelist")
+
+
+def listed(response) -> set:
+    assert response.status_code == 200
+    return {obj.pk for obj in response.context["cl"].result_list}
+
+
+def test_a_term_is_pairs_an_error_search_or_an_exact_match():
+    assert search.parse("account=42").pairs == [(["account"], "42")]
+    assert search.parse('customer.region=eu note="a b"').pairs == [(["customer", "region"], "eu"), (["note"], '"a b"')]
+    assert search.parse("Error: Timeout talking").error == "Timeout talking"
+    assert not search.parse("work_0123").structured
+    assert not search.parse("account=42 loose").structured  # one token is not a pair
+    assert not search.parse('note="unclosed').structured
+    assert not search.parse("=42").structured and not search.parse("9lives=1").structured
+
+
+def test_metadata_search_matches_the_number_and_its_string_nested_and_every_pair(admin_client):
+    number = make_item("test.noop", "n", metadata={"account": 42, "region": "eu"})
+    string = make_item("test.noop", "s", metadata={"account": "42", "region": "us"})
+    make_item("test.noop", "other", metadata={"account": 7})
+    make_item("test.noop", "none")
+    nested = make_item("test.other", "deep", metadata={"customer": {"region": "eu", "tier": 2}})
+    spaced = make_item("test.other", "spaced", metadata={"note": "a b", "account": 7})
+    keyed = make_item("test.other", "account=42")  # a key with an "=" is still found by its key
+    assert listed(admin_client.get(CHANGELIST, {"q": "account=42"})) == {number.pk, string.pk, keyed.pk}
+    assert listed(admin_client.get(CHANGELIST, {"q": "account=42 region=eu"})) == {number.pk}
+    assert listed(admin_client.get(CHANGELIST, {"q": "customer.region=eu"})) == {nested.pk}
+    assert listed(admin_client.get(CHANGELIST, {"q": "customer.tier=2"})) == {nested.pk}
+    assert listed(admin_client.get(CHANGELIST, {"q": 'account="7"'})) == set()  # quoted: the string only
+    assert listed(admin_client.get(CHANGELIST, {"q": "account=43"})) == set()
+    assert listed(admin_client.get(CHANGELIST, {"q": 'note="a b" account=7'})) == {spaced.pk}
+
+
+def _plan(queryset) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        return queryset.explain()
+
+
+@pytest.mark.django_db(transaction=False)
+def test_metadata_and_error_searches_can_use_their_indexes():
+    """With sequential scans off the planner still finds a plan through the index: the query
+    carries the partial index's predicate (metadata <> '{}'), and the error search reads the
+    failures' own index."""
+    terms = search.parse("account=42")
+    plan = _plan(search.json_pairs(WorkItem.objects.all(), "metadata", terms))
+    assert "work_items_metadata_idx" in plan, plan
+    failed = WorkItem.objects.filter(state=State.STOPPED, outcome=Outcome.FAILED).order_by("-stopped_at")
+    plan = _plan(search.recent_errors(WorkItem.objects.all(), failed, "last_error", "boom"))
+    assert "work_items_failed_idx" in plan, plan
+    plan = _plan(search.json_pairs(Operation.objects.all(), "request", terms, partial=False))
+    assert "operations_request_idx" in plan, plan
+
+
+def _failed(key: str, error: str, seconds_ago: int) -> WorkItem:
+    import datetime as dt
+
+    return make_item(
+        "test.noop",
+        key,
+        State.STOPPED,
+        outcome=Outcome.FAILED,
+        last_error=error,
+        stopped_at=Now() - dt.timedelta(seconds=seconds_ago),
+    )
+
+
+def test_error_search_reads_only_the_newest_failures(admin_client, monkeypatch):
+    old = _failed("old", "TimeoutError: talking to billing", 300)
+    new = _failed("new", "TimeoutError: talking to billing", 10)
+    _failed("other", "KeyError: 'x'", 5)
+    # A succeeded item that once failed keeps its last error: not a failure, not listed.
+    make_item("test.noop", "ok", State.STOPPED, last_error="TimeoutError: talking to billing")
+    assert listed(admin_client.get(CHANGELIST, {"q": "error:timeouterror"})) == {old.pk, new.pk}
+    monkeypatch.setattr(search, "RECENT_FAILURES", 2)
+    assert listed(admin_client.get(CHANGELIST, {"q": "error:TimeoutError"})) == {new.pk}
+    assert listed(admin_client.get(CHANGELIST, {"q": "error:"})) == set()
+
+
+def test_the_search_box_says_what_it_takes(admin_client):
+    page = admin_client.get(CHANGELIST).content.decode()
+    assert "account=42" in page and "error:text" in page and "10,000" in page
+
+
+def test_operations_are_found_by_request_and_by_error(admin_client):
+    wanted = operations.start("test.ops.count", {"account": 42, "items": [1, 2]}, owner="7")
+    operations.start("test.ops.count", {"account": 41}, owner="7")
+    Operation.objects.filter(pk=wanted.id).update(
+        state="failed", error_code="upstream", error_message="Billing API timed out", finished_at=Now()
+    )
+    assert listed(admin_client.get(OPS, {"q": "account=42"})) == {wanted.id}
+    assert listed(admin_client.get(OPS, {"q": "error:timed out"})) == {wanted.id}
+    assert listed(admin_client.get(OPS, {"q": "error:nothing like it"})) == set()
+    assert listed(admin_client.get(OPS, {"q": wanted.id})) == {wanted.id}  # the exact id as before

@@ -1,0 +1,117 @@
+"""The admin's search box beyond an exact id: ``field=value`` over a JSON column and
+``error:text`` over the recent failures, each answered by an index on a table of millions.
+
+- ``account=42`` finds the rows whose JSON (a work item's ``metadata``, an operation's
+  ``request``) holds ``"account": 42`` or ``"account": "42"``: a containment (``@>``) that a
+  GIN index answers (for metadata a partial one over the non-empty documents, whose predicate
+  is added to the query so that the planner can use it). ``customer.region=eu`` looks one level down; a quoted
+  value (``name="a b"``) is one value with its spaces; several pairs must all hold.
+- ``error:timeout`` looks for the text in the errors of the last :data:`RECENT_FAILURES`
+  failures only, newest first: a substring search over every error ever recorded would read
+  the whole history on each keystroke.
+
+Anything else is left to the page's exact matches (an id, a key).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import F, JSONField, Lookup, Q, QuerySet, Value
+
+#: How many of the newest failures an ``error:`` search reads at most.
+RECENT_FAILURES = 10_000
+
+ERROR_PREFIX = "error:"
+# name=value, the name a dotted path, the value a word or a "quoted string" (JSON: that string).
+_PAIR = re.compile(r'(?P<name>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(?P<value>"(?:[^"\\]|\\.)*"|[^\s"]*)')
+_PAIRS = re.compile(rf"{_PAIR.pattern}(?:\s+{_PAIR.pattern})*".replace("?P<name>", "").replace("?P<value>", ""))
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What a search term asks for: JSON pairs, an error text, or neither (an exact match)."""
+
+    pairs: list[tuple[list[str], str]] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def structured(self) -> bool:
+        return bool(self.pairs or self.error)
+
+
+def parse(term: str) -> Terms:
+    """``account=42 region=eu`` → pairs; ``error:text`` → an error search; else nothing."""
+    term = term.strip()
+    if term.lower().startswith(ERROR_PREFIX):
+        return Terms(error=term[len(ERROR_PREFIX) :].strip())
+    if not _PAIRS.fullmatch(term):
+        return Terms()  # not all pairs: the whole term is an id or a key
+    return Terms(pairs=[(m["name"].split("."), m["value"]) for m in _PAIR.finditer(term)])
+
+
+def _candidates(value: str) -> list[Any]:
+    """The JSON values a typed value may stand for: ``42`` is 42 or "42"; ``true`` true or "true"."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return [value]
+    if isinstance(parsed, str):
+        return [parsed]  # it was quoted JSON: that string only
+    return [parsed, value]
+
+
+def _nested(path: list[str], value: Any) -> dict:
+    doc: Any = value
+    for part in reversed(path):
+        doc = {part: doc}
+    return doc
+
+
+class _NotEqual(Lookup):
+    """``lhs <> rhs``, spelled as the partial indexes' predicates are (Django's exclude() of a
+    nullable column adds an ``IS NOT NULL`` the planner cannot match to the predicate)."""
+
+    lookup_name = "wq_ne"
+
+    def as_sql(self, compiler, connection):
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        return f"{lhs} <> {rhs}", [*lhs_params, *rhs_params]
+
+
+def non_empty(column: str) -> _NotEqual:
+    """``column <> '{}'``: the predicate of a partial GIN index over the non-empty documents."""
+    return _NotEqual(F(column), Value({}, output_field=JSONField()))
+
+
+def json_pairs(queryset: QuerySet, column: str, terms: Terms, *, partial: bool = True) -> QuerySet:
+    """The rows whose ``column`` holds every pair of ``terms`` (one containment per pair);
+    ``partial``: the column's index holds the non-empty documents only, so say so."""
+    if partial:
+        queryset = queryset.filter(non_empty(column))
+    for path, value in terms.pairs:
+        match = Q()
+        for candidate in _candidates(value):
+            match |= Q(**{f"{column}__contains": _nested(path, candidate)})
+        queryset = queryset.filter(match)
+    return queryset
+
+
+def recent_errors(queryset: QuerySet, failures: QuerySet, column: str, text: str) -> QuerySet:
+    """The rows among ``failures`` (newest first, an index's order) whose ``column`` holds
+    ``text``, looking at the newest :data:`RECENT_FAILURES` of them only."""
+    if not text:
+        return queryset.none()
+    newest = failures.values("pk")[:RECENT_FAILURES]
+    return queryset.filter(pk__in=newest, **{f"{column}__icontains": text})
+
+
+def help_text(json_label: str, example: str) -> str:
+    return (
+        f"{example}; {json_label} by field=value (e.g. account=42; several must all hold); "
+        f"error:text in the last {RECENT_FAILURES:,} failures."
+    )
