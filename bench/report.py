@@ -35,6 +35,8 @@ class Options:
     io_seconds: float = 0.05
     history_stopped: int = 1_000_000  # the history section's settled rows (bench/history.py)
     history_scheduled: int = 100_000  # ... and its rows scheduled a day ahead
+    admin_rows: int = 10_000_000  # the admin section's settled work items (bench/sections/admin.py)
+    admin_operations: int = 1_000_000  # ... and its finished operations
     sections: tuple[str, ...] = (
         "enqueue",
         "drain",
@@ -80,6 +82,8 @@ class Options:
             io_items=100,
             history_stopped=5_000,
             history_scheduled=500,
+            admin_rows=5_000,
+            admin_operations=500,
             **kw,
         )
 

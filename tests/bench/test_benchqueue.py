@@ -120,3 +120,36 @@ def test_history_row_counts_must_not_be_negative(run_command):
     done = run_command("benchqueue", "--only", "history", "--history-stopped", "-1")
     assert done.returncode == 2
     assert "--history-stopped takes a count of rows" in done.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_section_times_every_admin_page_on_the_loaded_rows(run_command, tmp_path):
+    out = tmp_path / "admin.json"
+    done = run_command(
+        "benchqueue",
+        "--quick",
+        "--only",
+        "admin",
+        "--admin-rows",
+        "3000",
+        "--admin-operations",
+        "300",
+        "--json",
+        str(out),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "3,000 work items + 300 operations loaded" in done.stderr
+    report = json.loads(out.read_text())
+    results = {r["name"]: r for r in report["results"]}
+    # Every page the section names answered 200 (it raises otherwise) and has its figure.
+    for label in ("dashboard", "work items, search account=42", "operations, search error:timed out"):
+        assert results[f"admin: {label}"]["value"] > 0
+    assert len([n for n in results if n.startswith("admin: ")]) >= 20
+    assert report["meta"]["admin"]["rows"] == 3000
+
+
+def test_admin_row_counts_must_not_be_negative(run_command):
+    done = run_command("benchqueue", "--only", "admin", "--admin-rows", "-1")
+    assert done.returncode == 2
+    assert "--admin-rows takes a count of rows" in done.stderr

@@ -16,6 +16,7 @@ Anything else is left to the page's exact matches (an id, a key).
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +27,8 @@ from django.db.models import F, JSONField, Lookup, Q, QuerySet, Value
 RECENT_FAILURES = 10_000
 
 ERROR_PREFIX = "error:"
-# name=value, the name a dotted path, the value a word or a "quoted string" (JSON: that string).
-_PAIR = re.compile(r'(?P<name>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(?P<value>"(?:[^"\\]|\\.)*"|[^\s"]*)')
+# name=value, the name a dotted path (8 levels at most), the value a word or a "quoted string" (JSON: that string).
+_PAIR = re.compile(r'(?P<name>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*){0,7})=(?P<value>"(?:[^"\\]|\\.)*"|[^\s"]*)')
 _PAIRS = re.compile(rf"{_PAIR.pattern}(?:\s+{_PAIR.pattern})*".replace("?P<name>", "").replace("?P<value>", ""))
 
 
@@ -61,6 +62,8 @@ def _candidates(value: str) -> list[Any]:
         return [value]
     if isinstance(parsed, str):
         return [parsed]  # it was quoted JSON: that string only
+    if isinstance(parsed, float) and not math.isfinite(parsed):
+        return [value]  # 1e999: no JSON number is infinite
     return [parsed, value]
 
 

@@ -31,6 +31,13 @@ def test_a_term_is_pairs_an_error_search_or_an_exact_match():
     assert not search.parse("account=42 loose").structured  # one token is not a pair
     assert not search.parse('note="unclosed').structured
     assert not search.parse("=42").structured and not search.parse("9lives=1").structured
+    assert not search.parse(".".join(["a"] * 9) + "=1").structured  # eight levels at most
+
+
+def test_a_value_no_json_can_hold_is_searched_as_text(admin_client):
+    found = make_item("test.noop", "inf", metadata={"limit": "1e999"})
+    assert listed(admin_client.get(CHANGELIST, {"q": "limit=1e999"})) == {found.pk}
+    assert listed(admin_client.get(CHANGELIST, {"q": "limit=NaN"})) == set()
 
 
 def test_metadata_search_matches_the_number_and_its_string_nested_and_every_pair(admin_client):

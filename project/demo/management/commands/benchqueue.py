@@ -34,6 +34,18 @@ class Command(BaseCommand):
             help="history section: rows scheduled a day ahead loaded into the big table (default 100,000).",
         )
         parser.add_argument(
+            "--admin-rows",
+            type=int,
+            metavar="N",
+            help="admin section (--only admin): settled work items loaded (default 10,000,000).",
+        )
+        parser.add_argument(
+            "--admin-operations",
+            type=int,
+            metavar="M",
+            help="admin section: finished operations loaded (default 1,000,000).",
+        )
+        parser.add_argument(
             "--only", help=f"Comma-separated sections to run, from: {', '.join(SECTIONS)} (default: all)."
         )
 
@@ -50,7 +62,7 @@ class Command(BaseCommand):
         for key, attr in {**named, "rss_items": "rss_items"}.items():
             if opts[key]:
                 setattr(options, attr, opts[key])
-        for key in ("history_stopped", "history_scheduled"):
+        for key in ("history_stopped", "history_scheduled", "admin_rows", "admin_operations"):
             if opts[key] is not None:
                 if opts[key] < 0:
                     raise CommandError(f"--{key.replace('_', '-')} takes a count of rows, 0 or more", returncode=2)
