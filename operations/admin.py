@@ -229,8 +229,8 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
             return search.recent_errors(queryset, failed, "error_message", terms.error), False
         if terms.pairs:  # an id or an owner may hold an "=" too (not a kind: no LIKE over the table)
             term = search_term.strip()
-            exact = queryset.filter(Q(id=term) | Q(owner=term))
-            return exact | search.json_pairs(queryset, "request", terms, partial=False), False
+            found = Q(id=term) | Q(owner=term) | search.json_pairs("request", terms, partial=False)
+            return queryset.filter(found), False
         return super().get_search_results(request, queryset, search_term)
 
     @admin.display(description="request")

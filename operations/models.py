@@ -213,6 +213,8 @@ class Operation(models.Model):
             models.Index(
                 models.F("owner"), models.F("created_at").desc(), models.F("id").desc(), name="operations_owner_idx"
             ),
+            # Newest first: the admin's list (without it, a sort of the whole table per page).
+            models.Index(models.F("created_at").desc(), models.F("id").desc(), name="operations_created_idx"),
             # By state (the admin's filter, the dashboard counts), newest first.
             models.Index(
                 models.F("state"), models.F("created_at").desc(), models.F("id").desc(), name="operations_state_idx"

@@ -152,6 +152,10 @@ class WorkItem(models.Model):
             ),
             # Stopped items by age: reap's retention sweep and the dashboard's last hour.
             models.Index(fields=["stopped_at"], condition=Q(state="stopped"), name="work_items_stopped_idx"),
+            # The admin's search by key among the stopped items (the unsettled ones are in the
+            # index below): each row version is in one of the two, so a settle adds one entry
+            # and a claim none.
+            models.Index(fields=["key"], condition=Q(state="stopped"), name="work_items_stopped_key_idx"),
             # cancel_key finds an unsettled item by key alone, across queues.
             models.Index(
                 fields=["key"],

@@ -143,7 +143,7 @@ def test_admin_section_times_every_admin_page_on_the_loaded_rows(run_command, tm
     report = json.loads(out.read_text())
     results = {r["name"]: r for r in report["results"]}
     # Every page the section names answered 200 (it raises otherwise) and has its figure.
-    for label in ("dashboard", "work items, search account=42", "operations, search error:timed out"):
+    for label in ("dashboard", "work items, search account=420", "operations, search error:timed out"):
         assert results[f"admin: {label}"]["value"] > 0
     assert len([n for n in results if n.startswith("admin: ")]) >= 20
     assert report["meta"]["admin"]["rows"] == 3000

@@ -43,6 +43,7 @@ from workqueue.models import (
     State,
     WorkItem,
 )
+from workqueue.states import UNSETTLED_STATES
 from workqueue.templatetags.workqueue_admin import (
     DASH,
     badge,
@@ -176,11 +177,13 @@ class WorkItemAdmin(ObjectActionsMixin, LiveListMixin, FastListMixin, ReadOnlyMi
         if terms.error:
             failed = WorkItem.objects.filter(state=State.STOPPED, outcome=Outcome.FAILED).order_by("-stopped_at")
             return search.recent_errors(queryset, failed, "last_error", terms.error), False
-        # Exact matches only: public_id is unique-indexed; a LIKE over millions of keys is not.
-        exact = queryset.filter(Q(public_id=term) | Q(key=term))
+        # Exact matches only, each arm through an index: public_id's, and a key's among the
+        # unsettled items or among the stopped ones (two partial indexes; a LIKE over millions
+        # of keys has none).
+        exact = Q(public_id=term) | Q(key=term, state__in=list(UNSETTLED_STATES)) | Q(key=term, state=State.STOPPED)
         if terms.pairs:  # a key may hold an "=" too
-            return exact | search.json_pairs(queryset, "metadata", terms), False
-        return exact, False
+            exact |= search.json_pairs("metadata", terms)
+        return queryset.filter(exact), False
 
     def get_urls(self):
         urls = [

@@ -25,6 +25,8 @@ from django.db.models import F, JSONField, Lookup, Q, QuerySet, Value
 
 #: How many of the newest failures an ``error:`` search reads at most.
 RECENT_FAILURES = 10_000
+#: How many field=value pairs a search takes (each may stand for two values: 2**6 arms).
+MAX_PAIRS = 6
 
 ERROR_PREFIX = "error:"
 # name=value, the name a dotted path (8 levels at most), the value a word or a "quoted string" (JSON: that string).
@@ -51,7 +53,8 @@ def parse(term: str) -> Terms:
         return Terms(error=term[len(ERROR_PREFIX) :].strip())
     if not _PAIRS.fullmatch(term):
         return Terms()  # not all pairs: the whole term is an id or a key
-    return Terms(pairs=[(m["name"].split("."), m["value"]) for m in _PAIR.finditer(term)])
+    pairs = [(m["name"].split("."), m["value"]) for m in _PAIR.finditer(term)]
+    return Terms(pairs=pairs) if len(pairs) <= MAX_PAIRS else Terms()
 
 
 def _candidates(value: str) -> list[Any]:
@@ -74,6 +77,29 @@ def _nested(path: list[str], value: Any) -> dict:
     return doc
 
 
+def _merged(a: dict, b: dict) -> dict:
+    """Two containment documents as one (``{"c": {"r": 1}}`` and ``{"c": {"t": 2}}`` give
+    ``{"c": {"r": 1, "t": 2}}``): a row contains the merge exactly when it contains both."""
+    out = dict(a)
+    for key, value in b.items():
+        if isinstance(out.get(key), dict) and isinstance(value, dict):
+            out[key] = _merged(out[key], value)
+        elif key in out and out[key] != value:
+            return {}  # one field, two values: nothing can hold both (an empty match)
+        else:
+            out[key] = value
+    return out
+
+
+def documents(terms: Terms) -> list[dict]:
+    """The containment documents a row must hold one of: each pair's candidates, combined
+    (``account=42 region=eu`` gives two, ``account`` as 42 or as "42")."""
+    docs: list[dict] = [{}]
+    for path, value in terms.pairs:
+        docs = [_merged(doc, _nested(path, candidate)) for doc in docs for candidate in _candidates(value)]
+    return [doc for doc in docs if doc]
+
+
 class _NotEqual(Lookup):
     """``lhs <> rhs``, spelled as the partial indexes' predicates are (Django's exclude() of a
     nullable column adds an ``IS NOT NULL`` the planner cannot match to the predicate)."""
@@ -91,26 +117,29 @@ def non_empty(column: str) -> _NotEqual:
     return _NotEqual(F(column), Value({}, output_field=JSONField()))
 
 
-def json_pairs(queryset: QuerySet, column: str, terms: Terms, *, partial: bool = True) -> QuerySet:
-    """The rows whose ``column`` holds every pair of ``terms`` (one containment per pair);
-    ``partial``: the column's index holds the non-empty documents only, so say so."""
-    if partial:
-        queryset = queryset.filter(non_empty(column))
-    for path, value in terms.pairs:
-        match = Q()
-        for candidate in _candidates(value):
-            match |= Q(**{f"{column}__contains": _nested(path, candidate)})
-        queryset = queryset.filter(match)
-    return queryset
+def json_pairs(column: str, terms: Terms, *, partial: bool = True) -> Q:
+    """Rows whose ``column`` holds every pair of ``terms``: one containment per combination
+    of candidates, ORed, each arm one index scan (``partial``: the column's index holds the
+    non-empty documents only, so each arm says so, for the planner to use it)."""
+    match = Q(pk__in=[])
+    for doc in documents(terms):
+        arm = Q(**{f"{column}__contains": doc})
+        match |= (Q(non_empty(column)) & arm) if partial else arm
+    return match
 
 
 def recent_errors(queryset: QuerySet, failures: QuerySet, column: str, text: str) -> QuerySet:
     """The rows among ``failures`` (newest first, an index's order) whose ``column`` holds
-    ``text``, looking at the newest :data:`RECENT_FAILURES` of them only."""
+    ``text`` (any case), looking at the newest :data:`RECENT_FAILURES` of them only.
+
+    Those are read once, through the failures' index, and searched here; the page's own query
+    then takes the matches by primary key (as a subquery, the planner may instead run the
+    text match over the whole table and join)."""
     if not text:
         return queryset.none()
-    newest = failures.values("pk")[:RECENT_FAILURES]
-    return queryset.filter(pk__in=newest, **{f"{column}__icontains": text})
+    needle = text.casefold()
+    newest = failures.values_list("pk", column)[:RECENT_FAILURES]
+    return queryset.filter(pk__in=[pk for pk, value in newest if value and needle in value.casefold()])
 
 
 def help_text(json_label: str, example: str) -> str:
