@@ -155,7 +155,13 @@ class WorkItem(models.Model):
             # The admin's search by key among the stopped items (the unsettled ones are in the
             # index below): each row version is in one of the two, so a settle adds one entry
             # and a claim none.
-            models.Index(fields=["key"], condition=Q(state="stopped"), name="work_items_stopped_key_idx"),
+            # varchar_pattern_ops: it answers = and a LIKE with a fixed prefix (export:42*) alike.
+            models.Index(
+                fields=["key"],
+                opclasses=["varchar_pattern_ops"],
+                condition=Q(state="stopped"),
+                name="work_items_stopped_key_idx",
+            ),
             # cancel_key finds an unsettled item by key alone, across queues.
             models.Index(
                 fields=["key"],

@@ -81,7 +81,7 @@ class WorkItemAdmin(ObjectActionsMixin, LiveListMixin, FastListMixin, ReadOnlyMi
     list_defer = ("last_error", "metadata", "trace_context", "attempt_log")
     sortable_by = ("age_display",)
     search_fields = ("public_id", "key")
-    search_help_text = search.help_text("metadata", "An exact work id (work_…) or key")
+    search_help_text = search.help_text("metadata", "An exact work id (work_…) or key, a key prefix (export:42*)")
     actions = ("requeue_now", "force_stop", "retry_now", "run_now")
     # The same verbs on the item's own page, where its state admits them (confirmed, POSTed).
     object_actions = (
@@ -177,10 +177,13 @@ class WorkItemAdmin(ObjectActionsMixin, LiveListMixin, FastListMixin, ReadOnlyMi
         if terms.error:
             failed = WorkItem.objects.filter(state=State.STOPPED, outcome=Outcome.FAILED).order_by("-stopped_at")
             return search.recent_errors(queryset, failed, "last_error", terms.error), False
-        # Exact matches only, each arm through an index: public_id's, and a key's among the
-        # unsettled items or among the stopped ones (two partial indexes; a LIKE over millions
-        # of keys has none).
-        exact = Q(public_id=term) | Q(key=term, state__in=list(UNSETTLED_STATES)) | Q(key=term, state=State.STOPPED)
+        keys = Q(state__in=list(UNSETTLED_STATES)), Q(state=State.STOPPED)  # two partial key indexes
+        if terms.prefix:  # export:42*: the keys that start so, through the same two indexes
+            starts = Q(key__startswith=terms.prefix)
+            return queryset.filter((starts & keys[0]) | (starts & keys[1])), False
+        # Exact matches, each arm through an index: public_id's, and a key's among the unsettled
+        # items or among the stopped ones (a LIKE inside the keys has no index).
+        exact = Q(public_id=term) | (Q(key=term) & keys[0]) | (Q(key=term) & keys[1])
         if terms.pairs:  # a key may hold an "=" too
             exact |= search.json_pairs("metadata", terms)
         return queryset.filter(exact), False

@@ -10,6 +10,9 @@
   failures only, newest first: a substring search over every error ever recorded would read
   the whole history on each keystroke.
 
+- ``export:42*`` finds the keys that start with ``export:42`` (at least three characters
+  before the star), through the keys' indexes (a ``LIKE`` with a fixed prefix).
+
 Anything else is left to the page's exact matches (an id, a key).
 """
 
@@ -27,6 +30,8 @@ from django.db.models import F, JSONField, Lookup, Q, QuerySet, Value
 RECENT_FAILURES = 10_000
 #: How many field=value pairs a search takes (each may stand for two values: 2**6 arms).
 MAX_PAIRS = 6
+#: A key prefix (``export:42*``) is at least this long: a shorter one would match most keys.
+MIN_PREFIX = 3
 
 ERROR_PREFIX = "error:"
 # name=value, the name a dotted path (8 levels at most), the value a word or a "quoted string" (JSON: that string).
@@ -40,10 +45,11 @@ class Terms:
 
     pairs: list[tuple[list[str], str]] = field(default_factory=list)
     error: str = ""
+    prefix: str = ""
 
     @property
     def structured(self) -> bool:
-        return bool(self.pairs or self.error)
+        return bool(self.pairs or self.error or self.prefix)
 
 
 def parse(term: str) -> Terms:
@@ -51,6 +57,8 @@ def parse(term: str) -> Terms:
     term = term.strip()
     if term.lower().startswith(ERROR_PREFIX):
         return Terms(error=term[len(ERROR_PREFIX) :].strip())
+    if term.endswith("*") and len(term) > MIN_PREFIX and not any(c.isspace() for c in term):
+        return Terms(prefix=term[:-1])
     if not _PAIRS.fullmatch(term):
         return Terms()  # not all pairs: the whole term is an id or a key
     pairs = [(m["name"].split("."), m["value"]) for m in _PAIR.finditer(term)]

@@ -1,4 +1,5 @@
-"""The admin's search by key among the stopped items, built concurrently (no wait for writers)."""
+"""The admin's search by key (exact, or a prefix) among the stopped items, built concurrently
+(no wait for writers)."""
 
 from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
@@ -15,7 +16,10 @@ class Migration(migrations.Migration):
         AddIndexConcurrently(
             model_name="workitem",
             index=models.Index(
-                condition=models.Q(("state", "stopped")), fields=["key"], name="work_items_stopped_key_idx"
+                condition=models.Q(("state", "stopped")),
+                fields=["key"],
+                opclasses=["varchar_pattern_ops"],
+                name="work_items_stopped_key_idx",
             ),
         ),
     ]

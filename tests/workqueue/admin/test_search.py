@@ -32,6 +32,18 @@ def test_a_term_is_pairs_an_error_search_or_an_exact_match():
     assert not search.parse('note="unclosed').structured
     assert not search.parse("=42").structured and not search.parse("9lives=1").structured
     assert not search.parse(".".join(["a"] * 9) + "=1").structured  # eight levels at most
+    assert search.parse("export:42*").prefix == "export:42"
+    assert not search.parse("ab*").structured and not search.parse("two words*").structured
+
+
+def test_a_key_prefix_finds_live_and_stopped_keys_that_start_so(admin_client):
+    live = make_item("test.noop", "export:42:2026-12")
+    done = make_item("test.noop", "export:42:2026-11", State.STOPPED)
+    make_item("test.noop", "export:421")  # starts with export:42 too, but not export:42:
+    make_item("test.noop", "import:42:2026-12")
+    assert listed(admin_client.get(CHANGELIST, {"q": "export:42:*"})) == {live.pk, done.pk}
+    assert listed(admin_client.get(CHANGELIST, {"q": "export:42_*"})) == set()  # _ is a character, not a wildcard
+    assert listed(admin_client.get(CHANGELIST, {"q": "export:42:2026-12"})) == {live.pk}  # exact as before
 
 
 def test_a_value_no_json_can_hold_is_searched_as_text(admin_client):
@@ -93,6 +105,7 @@ def history(db):
         ),
         (WorkItem, "account=42 region=eu", ["work_items_metadata_idx", "work_items_stopped_key_idx"]),
         (Operation, "account=42", ["operations_request_idx", "operations_pkey"]),
+        (WorkItem, "done-42*", ["work_items_stopped_key_idx"]),
     ],
 )
 def test_every_arm_of_a_search_goes_through_an_index(history, model, term, indexes):
@@ -102,6 +115,8 @@ def test_every_arm_of_a_search_goes_through_an_index(history, model, term, index
     assert "Seq Scan" not in plan, plan
     for index in indexes:
         assert index in plan, plan
+    if term.endswith("*"):  # the prefix is the index's range, not a filter over all of it
+        assert "~>=~ 'done-42'" in plan, plan
 
 
 def test_the_error_search_reads_the_newest_failures_through_their_index(history):
