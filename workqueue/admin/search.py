@@ -1,17 +1,17 @@
-"""The admin's search box beyond an exact id: ``field=value`` over a JSON column and
-``error:text`` over the recent failures, each answered by an index on a table of millions.
+"""The admin's search box beyond an exact id or key, each form answered by an index on a
+table of millions of rows.
 
 - ``account=42`` finds the rows whose JSON (a work item's ``metadata``, an operation's
   ``request``) holds ``"account": 42`` or ``"account": "42"``: a containment (``@>``) that a
-  GIN index answers (for metadata a partial one over the non-empty documents, whose predicate
-  is added to the query so that the planner can use it). ``customer.region=eu`` looks one level down; a quoted
-  value (``name="a b"``) is one value with its spaces; several pairs must all hold.
-- ``error:timeout`` looks for the text in the errors of the last :data:`RECENT_FAILURES`
-  failures only, newest first: a substring search over every error ever recorded would read
-  the whole history on each keystroke.
-
-- ``export:42*`` finds the keys that start with ``export:42`` (at least three characters
-  before the star), through the keys' indexes (a ``LIKE`` with a fixed prefix).
+  GIN index answers (for metadata a partial one over the non-empty documents, whose
+  predicate each arm of the query repeats so that the planner can use it).
+  ``customer.region=eu`` looks one level down; a quoted value (``name="a b"``) is one value
+  with its spaces; several pairs must all hold.
+- ``error:timeout`` looks for the text in the errors of the newest :data:`RECENT_FAILURES`
+  failures only: a substring search over every error ever recorded would read the whole
+  history on each search.
+- ``export:42*`` finds the keys that start with ``export:42`` (at least :data:`MIN_PREFIX`
+  characters before the star), through the keys' indexes (a ``LIKE`` with a fixed prefix).
 
 Anything else is left to the page's exact matches (an id, a key).
 """
@@ -34,7 +34,7 @@ MAX_PAIRS = 6
 MIN_PREFIX = 3
 
 ERROR_PREFIX = "error:"
-# name=value, the name a dotted path (8 levels at most), the value a word or a "quoted string" (JSON: that string).
+# name=value: the name a dotted path (8 levels at most), the value a word or a "quoted string".
 _PAIR = re.compile(r'(?P<name>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*){0,7})=(?P<value>"(?:[^"\\]|\\.)*"|[^\s"]*)')
 _PAIRS = re.compile(rf"{_PAIR.pattern}(?:\s+{_PAIR.pattern})*".replace("?P<name>", "").replace("?P<value>", ""))
 
@@ -53,7 +53,8 @@ class Terms:
 
 
 def parse(term: str) -> Terms:
-    """``account=42 region=eu`` → pairs; ``error:text`` → an error search; else nothing."""
+    """``account=42 region=eu`` → pairs; ``error:text`` → an error search; ``abc*`` → a key
+    prefix; anything else → nothing (the page's exact matches)."""
     term = term.strip()
     if term.lower().startswith(ERROR_PREFIX):
         return Terms(error=term[len(ERROR_PREFIX) :].strip())
