@@ -67,6 +67,22 @@ def progress_bar(op: Operation) -> str:
     )
 
 
+def _live_panel(op: Operation) -> dict:
+    """The live panel as the page is served (what it shows with JavaScript off; live.js then
+    keeps it current): the progress in words, the bar's width and colour, the message."""
+    p = op.progress
+    fraction = p.fraction()
+    parts = [p.describe()] if p.describe() else []
+    if p.unit:
+        parts.append(f"now: {p.unit}")
+    return {
+        "progress": " · ".join(parts),
+        "message": p.message,
+        "width": None if fraction is None else f"{fraction * 100:.1f}",
+        "color": STATE_COLORS.get(op.state, "#2563eb"),
+    }
+
+
 def _logged_time(text) -> str:
     """An attempt log's ISO instant in the admin's one format."""
     if not text:
@@ -444,6 +460,7 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
             context["op_snapshot"] = render(obj, detail=True)  # json_script encodes it
             # The live panel's bar takes the state's colour, as the list's bars do.
             context["op_state_colors"] = json.dumps(STATE_COLORS)
+            context["op_live"] = _live_panel(obj)
             if obj.is_parent:
                 context["op_children"] = self._children_page(request, obj)
             if obj.workflow:

@@ -32,7 +32,11 @@ def test_cancel_from_an_operations_page_with_javascript_off(rows, superuser, bro
     try:
         tab = context.new_page()
         op = rows["op_pending"]
+        Operation.objects.filter(pk=op.pk).update(units_total=8, units_done=3)
         tab.goto(live_server.url + reverse("admin:operations_operation_change", args=[op.pk]))
+        # Without JavaScript the page still shows its progress (as served), in its one bar.
+        assert tab.locator("#op-live-progress").inner_text() == "3 of 8"
+        assert tab.locator("#op-live-bar").evaluate("e => e.style.width") == "37.5%"
         tab.get_by_role("link", name="Cancel").click()
         tab.get_by_role("button", name="Cancel").click()
         tab.wait_for_load_state("load")
