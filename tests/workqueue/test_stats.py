@@ -21,10 +21,14 @@ from workqueue.sweeps import run_sweep
 pytestmark = pytest.mark.django_db
 
 
-def settled(queue: str, key: str, *, ago: dt.timedelta, waited: float = 0.0, ran: float = 0.0, ok=True) -> None:
-    """An item that waited ``waited`` s from run_after to its start and ran ``ran`` s, settled ``ago``."""
+def settled(
+    queue: str, key: str, *, ago: dt.timedelta, waited: float = 0.0, ran: float = 0.0, ok=True, at=None
+) -> None:
+    """An item that waited ``waited`` s from run_after to its start and ran ``ran`` s, settled
+    ``ago`` before ``at`` (default: the statement's now; Django's Now() moves statement by
+    statement, so items meant to share a minute take one ``at``)."""
     WorkItem.objects.enqueue(queue, key)
-    stopped_at = Now() - ago
+    stopped_at = (Now() if at is None else at) - ago
     WorkItem.objects.filter(queue=queue, key=key).update(
         state="stopped",
         outcome="succeeded" if ok else "failed",
@@ -49,13 +53,16 @@ def last_hour(now=None) -> dict[str, tuple]:
 
 @pytest.fixture
 def history(db):
+    # One instant for all: five items 50 minutes ago are in one minute even when the clock
+    # crosses a minute while they are written (it did once in CI: two minutes of a-*).
+    at = db_now()
     for n in range(5):
-        settled("test.noop", f"a-{n}", ago=dt.timedelta(minutes=50), waited=0.1, ran=2.0)
+        settled("test.noop", f"a-{n}", ago=dt.timedelta(minutes=50), waited=0.1, ran=2.0, at=at)
     for n in range(3):
-        settled("test.noop", f"b-{n}", ago=dt.timedelta(minutes=12), ran=0.01, ok=False)
-    settled("test.capped", "c", ago=dt.timedelta(minutes=3), waited=30.0, ran=0.5)
-    settled("test.capped", "now", ago=dt.timedelta(seconds=1))  # within the lag: not rolled up yet
-    settled("test.noop", "old", ago=dt.timedelta(hours=3))  # before the backfill: never rolled up
+        settled("test.noop", f"b-{n}", ago=dt.timedelta(minutes=12), ran=0.01, ok=False, at=at)
+    settled("test.capped", "c", ago=dt.timedelta(minutes=3), waited=30.0, ran=0.5, at=at)
+    settled("test.capped", "now", ago=dt.timedelta(seconds=1), at=at)  # within the lag: not rolled up yet
+    settled("test.noop", "old", ago=dt.timedelta(hours=3), at=at)  # before the backfill: never rolled up
 
 
 def test_a_rollup_changes_nothing_the_dashboard_shows_and_counts_no_minute_twice(history):
