@@ -47,6 +47,11 @@ def state_badge(state: str) -> str:
     )
 
 
+def bar_colour(op: Operation) -> str:
+    """The colour of an operation's progress bar: its state's (blue while it runs)."""
+    return STATE_COLORS.get(op.state, STATE_COLORS[State.RUNNING])
+
+
 def progress_bar(op: Operation) -> str:
     p = op.progress
     fraction = p.fraction()
@@ -62,24 +67,22 @@ def progress_bar(op: Operation) -> str:
         '<small class="op-progress-text">{}</small></div>',
         p.unit or text,
         f"{fraction * 100:.0f}",
-        STATE_COLORS.get(op.state, "#2563eb"),
+        bar_colour(op),
         text,
     )
 
 
 def _live_panel(op: Operation) -> dict:
     """The live panel as the page is served (what it shows with JavaScript off; live.js then
-    keeps it current): the progress in words, the bar's width and colour, the message."""
+    keeps it current, in the same words): the progress, the bar's width and colour, the message."""
     p = op.progress
     fraction = p.fraction()
-    parts = [p.describe()] if p.describe() else []
-    if p.unit:
-        parts.append(f"now: {p.unit}")
+    parts = [part for part in (p.describe(), p.unit and f"now: {p.unit}") if part]
     return {
         "progress": " · ".join(parts),
         "message": p.message,
         "width": None if fraction is None else f"{fraction * 100:.1f}",
-        "color": STATE_COLORS.get(op.state, "#2563eb"),
+        "color": bar_colour(op),
     }
 
 
@@ -199,7 +202,6 @@ class OperationAdmin(ObjectActionsMixin, FastListMixin, GuardedModelAdmin):
         "kind",
         "owner",
         "state_badge",
-        "progress",
         "attempts_display",
         "cancel_requested",
         "error_display",

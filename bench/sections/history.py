@@ -166,28 +166,13 @@ ADMIN_PAGES = {
 
 
 def _admin_ms() -> dict[str, float]:
-    """Median milliseconds of 3 GETs of each admin page, as a logged-in superuser."""
-    from django.contrib.auth import get_user_model
-    from django.test import Client
+    """Median milliseconds of 3 GETs of each admin page (after a first), as a superuser."""
     from django.urls import reverse
 
-    user, _ = get_user_model().objects.get_or_create(
-        username="history-bench", defaults={"is_staff": True, "is_superuser": True}
-    )
-    client = Client()
-    client.force_login(user)
+    from bench.sections.admin import time_pages
+
     pages = dict(ADMIN_PAGES, dashboard=reverse("admin:workqueue_dashboard"))
-    out = {}
-    for label, path in pages.items():
-        took = []
-        for _ in range(3):
-            started = time.perf_counter()
-            response = client.get(path)
-            took.append((time.perf_counter() - started) * 1000)
-            if response.status_code != 200:
-                raise RuntimeError(f"admin page {path} answered {response.status_code}")
-        out[label] = statistics.median(took)
-    return out
+    return {label: median for label, (_first, median) in time_pages(pages).items()}
 
 
 def _reap_loop(stop: threading.Event) -> dict:

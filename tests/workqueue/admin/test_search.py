@@ -46,6 +46,17 @@ def test_a_key_prefix_finds_live_and_stopped_keys_that_start_so(admin_client):
     assert listed(admin_client.get(CHANGELIST, {"q": "export:42:2026-12"})) == {live.pk}  # exact as before
 
 
+def test_pairs_become_one_containment_per_combination_and_contradictions_match_nothing(admin_client):
+    assert search.documents(search.parse("customer.region=eu customer.tier=2")) == [
+        {"customer": {"region": "eu", "tier": 2}},
+        {"customer": {"region": "eu", "tier": "2"}},
+    ]
+    assert search.documents(search.parse("account=1 account=2")) == []
+    make_item("test.noop", "one", metadata={"account": 1})
+    assert listed(admin_client.get(CHANGELIST, {"q": "account=1 account=2"})) == set()
+    assert listed(admin_client.get(CHANGELIST, {"q": " ".join(f"f{n}=1" for n in range(7))})) == set()  # 7 > MAX_PAIRS
+
+
 def test_a_value_no_json_can_hold_is_searched_as_text(admin_client):
     found = make_item("test.noop", "inf", metadata={"limit": "1e999"})
     assert listed(admin_client.get(CHANGELIST, {"q": "limit=1e999"})) == {found.pk}
