@@ -84,7 +84,9 @@ def test_schedules_next_run_counts_down(rows, superuser, as_user):
     page.page.wait_for_function(
         "([el, first]) => el.textContent !== first", arg=[countdown.element_handle(), first], timeout=10_000
     )
-    assert countdown.inner_text().startswith("in ")
+    # It moved; a 10 s schedule may have come due meanwhile (it did once in CI).
+    moved = countdown.inner_text()
+    assert moved.startswith("in ") or moved == "due now", moved
     assert page.problems == []
 
 
