@@ -53,6 +53,11 @@ class Environment(models.Model):
         return f"{self.name} ({self.kind})"
 
 
+#: The rows of work_items_unsettled_keyed_idx: every item not yet stopped (its key is never
+#: empty). A lookup by key among them says all of it, or the planner cannot use the index.
+UNSETTLED_KEYED = Q(state__in=list(UNSETTLED_STATES)) & ~Q(key="")
+
+
 class WorkItem(models.Model):
     """One unit of work. Columns are documented in SPEC.md; the state machine above."""
 
@@ -162,12 +167,15 @@ class WorkItem(models.Model):
                 condition=Q(state="stopped"),
                 name="work_items_stopped_key_idx",
             ),
-            # cancel_key finds an unsettled item by key alone, across queues.
-            models.Index(
-                fields=["key"],
-                condition=Q(state__in=list(UNSETTLED_STATES)),
-                name="work_items_unsettled_key_idx",
-            ),
+            # cancel_key finds an unsettled item by key alone, across queues. "key <> ''" (true of
+            # every item: keys are never empty) keeps it out of the claim's and the poll's reach:
+            # their WHERE implies "state is unsettled" but says nothing of the key, so only
+            # work_items_claim_idx, work_items_poll_idx and work_items_held_idx can serve them. With
+            # statistics taken while no item was queued, the planner read this index from end to
+            # end instead (every unsettled row, filtered), at a quarter of the drain's speed.
+            # The statements that read it repeat the predicate ({unsettled_keyed} in SQL,
+            # UNSETTLED_KEYED here).
+            models.Index(fields=["key"], condition=UNSETTLED_KEYED, name="work_items_unsettled_keyed_idx"),
             # Items of an environment (deleting one checks for them; the admin filters by it).
             models.Index(
                 fields=["environment"],

@@ -23,7 +23,7 @@ from bench import cpu, rawsql
 #: (index or constraint name, is a unique constraint) the second configuration goes without.
 DROPPABLE = (
     ("work_items_public_id_uniq", True),
-    ("work_items_unsettled_key_idx", False),
+    ("work_items_unsettled_keyed_idx", False),
     ("work_items_stopped_idx", False),
 )
 

@@ -180,3 +180,54 @@ def test_reap_deletes_the_oldest_first_and_by_each_queues_retention():
         assert reaper.delete_stopped() == 1
         assert reaper.delete_stopped() == 0
     assert sorted(WorkItem.objects.values_list("key", flat=True)) == ["nine-days", "two-days", "young"]
+
+
+@pytest.mark.parametrize("statement", ["item_claim", "item_claim_capped", "item_claim_flow"])
+def test_a_claim_walks_the_claim_and_held_indexes_when_the_statistics_saw_no_queued_item(statement):
+    """A site with history whose last ANALYZE found no queued item (the queue was drained at
+    that moment: the usual case for a burst on an idle queue). The planner then estimates
+    every partial index over live rows at one row, and it read the unsettled items' key index,
+    whose predicate the claim's WHERE implies, from end to end with a filter instead of the
+    claim index: a 2,000-item backlog made each claim of 200 filter every unsettled row
+    (31.7 ms against 8.4 ms on a million stopped rows, and 0.26 of the fresh table's drain).
+    The ready walk must read work_items_claim_idx and the lapsed walk work_items_held_idx."""
+    with connection.cursor() as cur:  # 20,000 settled items of 20 other queues, over 8 days
+        cur.execute(
+            """
+            INSERT INTO work_items (public_id, queue, key, state, outcome, priority, run_after, attempts,
+                                    max_attempts, metadata, wire, reclaimed, handed_out, last_error,
+                                    claimed_by, created_at, started_at, stopped_at)
+            SELECT 'work_h' || g, 'history.' || (g % 20), 'done-' || g, 'stopped', 'succeeded', 0, a.at, 1, 5,
+                   '{}', false, false, false, '', 'history', a.at, a.at, a.at
+            FROM generate_series(1, 20000) AS g
+            CROSS JOIN LATERAL (SELECT now() - make_interval(secs => 8 * 86400.0 * g / 20000)) AS a(at)
+            """
+        )
+        cur.execute("ANALYZE work_items")
+    WorkItem.objects.enqueue_many([("test.fresh", f"f{i}") for i in range(2_000)])  # after the ANALYZE
+    params = {
+        "queues": ["test.fresh"],
+        "limits": [200],
+        "leases": [30.0],
+        "caps": [None],
+        "wires": [False],
+        "group_caps": [None],
+        "rate_ns": [None],
+        "rate_ss": [None],
+        "group_rate_ns": [None],
+        "group_rate_ss": [None],
+        "limit": 200,
+        "worker_id": "plans",
+        "relaxed": False,
+    }
+    plan = explain(statement, params)
+    assert "work_items_unsettled_key" not in plan, plan
+    assert "Index Scan using work_items_claim_idx" in plan, plan
+    assert "work_items_held_idx" in plan, plan
+
+
+def test_cancel_by_key_still_reads_the_unsettled_items_key_index():
+    """The index the claims may no longer read is still the one a cancel by key reads."""
+    load_history(rows=20_000)
+    plan = explain("item_cancel_key", {"key": "h7", "queue": None})
+    assert "work_items_unsettled_keyed_idx" in plan, plan

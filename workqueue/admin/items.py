@@ -38,12 +38,12 @@ from workqueue.admin.base import (
 from workqueue.conf import wq_settings
 from workqueue.exceptions import InvalidInput
 from workqueue.models import (
+    UNSETTLED_KEYED,
     Outcome,
     QueueControl,
     State,
     WorkItem,
 )
-from workqueue.states import UNSETTLED_STATES
 from workqueue.templatetags.workqueue_admin import (
     DASH,
     badge,
@@ -177,7 +177,7 @@ class WorkItemAdmin(ObjectActionsMixin, LiveListMixin, FastListMixin, ReadOnlyMi
         if terms.error:
             failed = WorkItem.objects.filter(state=State.STOPPED, outcome=Outcome.FAILED).order_by("-stopped_at")
             return search.recent_errors(queryset, failed, "last_error", terms.error), False
-        keys = Q(state__in=list(UNSETTLED_STATES)), Q(state=State.STOPPED)  # two partial key indexes
+        keys = UNSETTLED_KEYED, Q(state=State.STOPPED)  # two partial key indexes
         if terms.prefix:  # export:42*: the keys that start so, through the same two indexes
             starts = Q(key__startswith=terms.prefix)
             return queryset.filter((starts & keys[0]) | (starts & keys[1])), False

@@ -13,7 +13,7 @@ SELECT statement_timestamp();
 
 -- name: queue_stats
 -- Per queue counts over the unsettled rows only: the WHERE is exactly the predicate of the
--- partial index work_items_unsettled_key_idx, so the stopped rows (nearly all of a big table)
+-- partial index work_items_unsettled_keyed_idx, so the stopped rows (nearly all of a big table)
 -- are never read. Each FILTER is one WorkItemQuerySet scope: ready(), scheduled(), pending(),
 -- running(), stopping(), stuck(); live_held is what max_running counts inside the claim
 -- (held under a live lease, stopping included). oldest_wait is how long the longest-waiting
@@ -35,7 +35,7 @@ SELECT w.queue,
        extract(epoch FROM t.now - min(w.run_after) FILTER (WHERE w.state = 'queued' AND w.run_after <= t.now))
            AS oldest_wait
 FROM work_items w CROSS JOIN t
-WHERE w.state IN {states_unsettled}
+WHERE {unsettled_keyed:w}
 GROUP BY w.queue, t.now;
 
 

@@ -23,6 +23,7 @@
 --   {attempt_ended:W, OUTCOME, ERROR}       W's attempt_log with the attempt that ended appended
 --   {item_extend_held:ID, TOKEN, LEASE_S}   move a running item's lease (proof checked)
 --   {item_lock_held:ID, TOKEN, STATES}      lock the item if the proof matches
+--   {unsettled_keyed:W}                     W is unsettled (work_items_unsettled_keyed_idx's rows)
 --   {item_lock_key:KEY}                     lock every unsettled item of a key
 --   {item_lock_keys:KEYS}                   lock every unsettled item of many keys
 --   {item_cancel_keys:SOURCE, KEY}          stop (cancelled) every unsettled item of SOURCE's keys
@@ -142,10 +143,18 @@ WHERE w.id = $id AND w.lease_token = $token AND w.state IN $states
 FOR UPDATE
 
 
+-- fragment: unsettled_keyed(w)
+-- W (an alias of work_items) is not stopped yet: the predicate of
+-- work_items_unsettled_keyed_idx, "key <> ''" included (true of every item: keys are never
+-- empty), which a statement must say whole for the planner to read that index. The claims'
+-- and the polls' walks never say it, so that index is out of their reach (models.py says why).
+$w.state IN {states_unsettled} AND $w.key <> ''
+
+
 -- fragment: item_lock_key(key)
 -- Lock every unsettled item of KEY (any queue); one row of 1 per item.
 SELECT 1 FROM work_items AS w
-WHERE w.key = $key AND w.state IN {states_unsettled}
+WHERE w.key = $key AND {unsettled_keyed:w}
 FOR UPDATE
 
 
@@ -154,7 +163,7 @@ FOR UPDATE
 -- item_lock_key does for one (a batch's cancel locks its children's items first); one row of 1
 -- per item.
 SELECT 1 FROM work_items AS w
-WHERE w.key IN $keys AND w.state IN {states_unsettled}
+WHERE w.key IN $keys AND {unsettled_keyed:w}
 FOR UPDATE
 
 
@@ -166,7 +175,7 @@ UPDATE work_items AS w
 SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
     stop_requested_at = coalesce(w.stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
 FROM $source
-WHERE w.key = $key AND w.state IN {states_unsettled}
+WHERE w.key = $key AND {unsettled_keyed:w}
 RETURNING w.id
 
 

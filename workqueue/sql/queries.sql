@@ -348,8 +348,8 @@ UPDATE work_items AS w
 SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
     stop_requested_at = coalesce(stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL,
     attempt_log = CASE WHEN w.state IN {states_held} THEN {attempt_ended:w, 'cancelled', NULL} ELSE w.attempt_log END
-WHERE key = %(key)s AND state IN {states_unsettled}
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+WHERE w.key = %(key)s AND {unsettled_keyed:w}
+  AND (%(queue)s::text IS NULL OR w.queue = %(queue)s)
 RETURNING {item};
 
 

@@ -5,7 +5,7 @@ WITH kids AS (
 ),
 held AS (
     SELECT count(*) AS n FROM (SELECT 1 FROM work_items AS w
-        WHERE w.key IN (SELECT kids.id FROM kids) AND w.state IN ('queued', 'starting', 'active', 'stopping')
+        WHERE w.key IN (SELECT kids.id FROM kids) AND w.state IN ('queued', 'starting', 'active', 'stopping') AND w.key <> ''
         FOR UPDATE) AS locked
 ),
 c AS (
@@ -27,7 +27,7 @@ stopped AS (
     SET state = 'stopped', outcome = 'cancelled', stopped_at = now(),
         stop_requested_at = coalesce(w.stop_requested_at, now()), lease_token = NULL, lease_expires_at = NULL
     FROM (SELECT c.id FROM c WHERE c.state = 'cancelled') AS gone
-    WHERE w.key = gone.id AND w.state IN ('queued', 'starting', 'active', 'stopping')
+    WHERE w.key = gone.id AND w.state IN ('queued', 'starting', 'active', 'stopping') AND w.key <> ''
     RETURNING w.id
 )
 SELECT c.id, c.state, (SELECT count(*) FROM stopped) AS items_stopped, (SELECT pg_notify(%(channel)s::text, '')

@@ -4,7 +4,7 @@ WITH target AS (
 ),
 held AS (
     SELECT count(*) AS n FROM (SELECT 1 FROM work_items AS w
-        WHERE w.key = %(id)s AND w.state IN ('queued', 'starting', 'active', 'stopping')
+        WHERE w.key = %(id)s AND w.state IN ('queued', 'starting', 'active', 'stopping') AND w.key <> ''
         FOR UPDATE) AS locked
 ),
 sig AS (

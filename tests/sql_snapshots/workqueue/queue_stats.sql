@@ -15,5 +15,5 @@ SELECT w.queue,
        extract(epoch FROM t.now - min(w.run_after) FILTER (WHERE w.state = 'queued' AND w.run_after <= t.now))
            AS oldest_wait
 FROM work_items w CROSS JOIN t
-WHERE w.state IN ('queued', 'starting', 'active', 'stopping')
+WHERE w.state IN ('queued', 'starting', 'active', 'stopping') AND w.key <> ''
 GROUP BY w.queue, t.now;

@@ -180,7 +180,7 @@ def test_the_dashboard_reads_live_rows_through_the_partial_indexes(db):
             cursor.execute("EXPLAIN " + sql.QUERIES[name], params)
             plan = "\n".join(row[0] for row in cursor.fetchall())
             assert "Seq Scan on work_items" not in plan, plan
-            assert "work_items_unsettled_key_idx" in plan or "work_items_stopped_idx" in plan, plan
+            assert "work_items_unsettled_keyed_idx" in plan or "work_items_stopped_idx" in plan, plan
 
 
 @pytest.mark.parametrize(("alive", "words"), [(1, "1 worker alive"), (2, "2 workers alive")])

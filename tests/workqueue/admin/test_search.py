@@ -112,7 +112,7 @@ def history(db):
         (
             WorkItem,
             "work_123",
-            ["work_items_public_id_uniq", "work_items_unsettled_key_idx", "work_items_stopped_key_idx"],
+            ["work_items_public_id_uniq", "work_items_unsettled_keyed_idx", "work_items_stopped_key_idx"],
         ),
         (WorkItem, "account=42 region=eu", ["work_items_metadata_idx", "work_items_stopped_key_idx"]),
         (Operation, "account=42", ["operations_request_idx", "operations_pkey"]),
