@@ -113,10 +113,17 @@ lapsed AS (
 found AS (
     SELECT * FROM ready UNION ALL SELECT * FROM lapsed
 ),
+held_groups AS (
+    SELECT q.name AS queue_name, hg.group_key, hg.held
+    FROM q CROSS JOIN LATERAL ({groups_held:q}) AS hg
+    WHERE q.group_cap IS NOT NULL
+),
 rooms AS (
-    SELECT g.queue_name, g.group_key, {group_room:q, g.group_key} AS room
+    SELECT g.queue_name, g.group_key,
+           {group_room:q, g.group_key, coalesce(hg.held, 0)} AS room
     FROM (SELECT DISTINCT f.queue_name, f.group_key FROM found f WHERE f.group_key IS NOT NULL) AS g
     JOIN q ON q.name = g.queue_name
+    LEFT JOIN held_groups hg ON hg.queue_name = g.queue_name AND hg.group_key = g.group_key
     WHERE q.group_cap IS NOT NULL OR q.group_rate_n IS NOT NULL
 ),
 fitting AS (
@@ -256,7 +263,7 @@ WITH f AS (
 SELECT f.name, f.paused,
        f.cap IS NULL OR {slots_used:f.name, true} - f.own < f.cap AS has_slot,
        f.rate_n IS NULL OR {starts_used:f.name, f.rate_s, f.wire} - f.own < f.rate_n AS has_rate,
-       f.group_key IS NULL OR coalesce({group_room:f, f.group_key} + f.own >= 1, true) AS has_group_room,
+       f.group_key IS NULL OR coalesce({group_room:f, f.group_key, {group_held:f, f.group_key}} + f.own >= 1, true) AS has_group_room,
        f.rate_n IS NOT NULL OR f.group_rate_n IS NOT NULL AS rated
 FROM f;
 

@@ -38,8 +38,10 @@
 --   {starts_used:QUEUE, SECONDS, WIRE}      what counts against a rate
 --   {flow_gated:QUEUE}                      whether a controls row puts the queue under flow control
 --   {flow_limits:C, U}                      a queue's effective flow limits (controls over settings)
+--   {groups_held:Q}                         a queue's groups and how many slots each holds
 --   {groups_full:Q}                         a queue's groups with no room left
---   {group_room:Q, GROUP}                   how many more items of a group may start
+--   {group_held:Q, GROUP}                   what one group holds (groups_held for one)
+--   {group_room:Q, GROUP, HELD}             how many more items of a group may start
 --   {flow_wire_gate:R}                      a wire poll's candidate passes the flow checks
 --   {claim_walk:Q}                          a claim's ready and lapsed walks, per queue row of Q
 --   {claim_take:CANDIDATES}                 a claim's take: hand out or settle each candidate
@@ -314,6 +316,25 @@ CASE WHEN $c.rate_per_group_count IS NOT NULL THEN $c.rate_per_group_period ELSE
     AS group_rate_s
 
 
+-- fragment: groups_held(q)
+-- What counts against max_running_per_group, for every group of the queue row Q at once
+-- (columns name, wire, group_cap): a SELECT of (group_key, held), each group's live holders
+-- plus, on an over_wire queue, its live wire reservations; no rows when the limit is unset.
+-- One read of the queue's held rows (work_items_held_idx) for all its groups; group_held
+-- counts the same for one group.
+SELECT gh.group_key, count(*) AS held FROM (
+    SELECT h.group_key FROM work_items h
+    WHERE $q.group_cap IS NOT NULL AND h.queue = $q.name
+      AND h.state IN {states_held} AND h.lease_expires_at > now()
+      AND h.group_key IS NOT NULL
+    UNION ALL
+    SELECT r.group_key FROM work_items r
+    WHERE $q.group_cap IS NOT NULL AND $q.wire AND r.queue = $q.name AND r.state = 'queued'
+      AND r.wire AND r.lease_expires_at > now() AND r.group_key IS NOT NULL
+) gh
+GROUP BY gh.group_key
+
+
 -- fragment: groups_full(q)
 -- The groups of the queue row Q (columns name, wire, group_cap, group_rate_n, group_rate_s)
 -- with no room left: as many live holders (plus live wire reservations) as
@@ -321,17 +342,8 @@ CASE WHEN $c.rate_per_group_count IS NOT NULL THEN $c.rate_per_group_period ELSE
 -- scans under it are skipped when the limit is unset.
 coalesce((
     SELECT array_agg(DISTINCT full_g.group_key) FROM (
-        SELECT gh.group_key FROM (
-            SELECT h.group_key FROM work_items h
-            WHERE $q.group_cap IS NOT NULL AND h.queue = $q.name
-              AND h.state IN {states_held} AND h.lease_expires_at > now()
-              AND h.group_key IS NOT NULL
-            UNION ALL
-            SELECT r.group_key FROM work_items r
-            WHERE $q.group_cap IS NOT NULL AND $q.wire AND r.queue = $q.name AND r.state = 'queued'
-              AND r.wire AND r.lease_expires_at > now() AND r.group_key IS NOT NULL
-        ) gh
-        GROUP BY gh.group_key HAVING count(*) >= $q.group_cap
+        SELECT held_g.group_key FROM ({groups_held:$q}) AS held_g
+        WHERE held_g.held >= $q.group_cap
         UNION ALL
         SELECT gs.group_key FROM work_queue_starts gs
         WHERE $q.group_rate_n IS NOT NULL AND gs.queue = $q.name
@@ -342,21 +354,27 @@ coalesce((
 ), '{}'::text[])
 
 
--- fragment: group_room(q, group)
--- How many more items of group GROUP the queue row Q (as in groups_full) may start now: NULL
--- when neither per-group limit is set.
+-- fragment: group_held(q, group)
+-- What groups_held counts, for the one group GROUP of the queue row Q: its live holders plus,
+-- on an over_wire queue, its live wire reservations (a number; a wire ack's check).
+(
+    (SELECT count(*) FROM work_items h
+     WHERE h.queue = $q.name AND h.group_key = $group
+       AND h.state IN {states_held} AND h.lease_expires_at > now())
+    + CASE WHEN $q.wire
+           THEN (SELECT count(*) FROM work_items r
+                 WHERE r.queue = $q.name AND r.group_key = $group
+                   AND r.state = 'queued' AND r.wire AND r.lease_expires_at > now())
+           ELSE 0 END
+)
+
+
+-- fragment: group_room(q, group, held)
+-- How many more items of group GROUP the queue row Q (as in groups_full) may start now, HELD
+-- being what the group holds (group_held for one group; a claim, which meets several, reads
+-- all of its queue's at once with groups_held): NULL when neither per-group limit is set.
 least(
-    CASE WHEN $q.group_cap IS NOT NULL
-         THEN $q.group_cap
-              - (SELECT count(*) FROM work_items h
-                 WHERE h.queue = $q.name AND h.group_key = $group
-                   AND h.state IN {states_held} AND h.lease_expires_at > now())
-              - CASE WHEN $q.wire
-                     THEN (SELECT count(*) FROM work_items r
-                           WHERE r.queue = $q.name AND r.group_key = $group
-                             AND r.state = 'queued' AND r.wire AND r.lease_expires_at > now())
-                     ELSE 0 END
-    END,
+    CASE WHEN $q.group_cap IS NOT NULL THEN $q.group_cap - $held END,
     CASE WHEN $q.group_rate_n IS NOT NULL
          THEN $q.group_rate_n
               - (SELECT count(*) FROM work_queue_starts gs

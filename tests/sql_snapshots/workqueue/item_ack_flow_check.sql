@@ -38,17 +38,16 @@ SELECT f.name, f.paused,
                       ELSE 0 END
            ) - f.own < f.rate_n AS has_rate,
        f.group_key IS NULL OR coalesce(least(
-               CASE WHEN f.group_cap IS NOT NULL
-                    THEN f.group_cap
-                         - (SELECT count(*) FROM work_items h
-                            WHERE h.queue = f.name AND h.group_key = f.group_key
-                              AND h.state IN ('starting', 'active', 'stopping') AND h.lease_expires_at > now())
-                         - CASE WHEN f.wire
-                                THEN (SELECT count(*) FROM work_items r
-                                      WHERE r.queue = f.name AND r.group_key = f.group_key
-                                        AND r.state = 'queued' AND r.wire AND r.lease_expires_at > now())
-                                ELSE 0 END
-               END,
+               CASE WHEN f.group_cap IS NOT NULL THEN f.group_cap - (
+                   (SELECT count(*) FROM work_items h
+                    WHERE h.queue = f.name AND h.group_key = f.group_key
+                      AND h.state IN ('starting', 'active', 'stopping') AND h.lease_expires_at > now())
+                   + CASE WHEN f.wire
+                          THEN (SELECT count(*) FROM work_items r
+                                WHERE r.queue = f.name AND r.group_key = f.group_key
+                                  AND r.state = 'queued' AND r.wire AND r.lease_expires_at > now())
+                          ELSE 0 END
+               ) END,
                CASE WHEN f.group_rate_n IS NOT NULL
                     THEN f.group_rate_n
                          - (SELECT count(*) FROM work_queue_starts gs

@@ -22,17 +22,18 @@ q AS (
                 ELSE lim.n * 4 + 8 END AS scan,
            CASE WHEN lim.n = 0 THEN '{}'::text[] ELSE coalesce((
                    SELECT array_agg(DISTINCT full_g.group_key) FROM (
-                       SELECT gh.group_key FROM (
-                           SELECT h.group_key FROM work_items h
-                           WHERE u.group_cap IS NOT NULL AND h.queue = u.name
-                             AND h.state IN ('starting', 'active', 'stopping') AND h.lease_expires_at > now()
-                             AND h.group_key IS NOT NULL
-                           UNION ALL
-                           SELECT r.group_key FROM work_items r
-                           WHERE u.group_cap IS NOT NULL AND u.wire AND r.queue = u.name AND r.state = 'queued'
-                             AND r.wire AND r.lease_expires_at > now() AND r.group_key IS NOT NULL
-                       ) gh
-                       GROUP BY gh.group_key HAVING count(*) >= u.group_cap
+                       SELECT held_g.group_key FROM (SELECT gh.group_key, count(*) AS held FROM (
+                               SELECT h.group_key FROM work_items h
+                               WHERE u.group_cap IS NOT NULL AND h.queue = u.name
+                                 AND h.state IN ('starting', 'active', 'stopping') AND h.lease_expires_at > now()
+                                 AND h.group_key IS NOT NULL
+                               UNION ALL
+                               SELECT r.group_key FROM work_items r
+                               WHERE u.group_cap IS NOT NULL AND u.wire AND r.queue = u.name AND r.state = 'queued'
+                                 AND r.wire AND r.lease_expires_at > now() AND r.group_key IS NOT NULL
+                           ) gh
+                           GROUP BY gh.group_key) AS held_g
+                       WHERE held_g.held >= u.group_cap
                        UNION ALL
                        SELECT gs.group_key FROM work_queue_starts gs
                        WHERE u.group_rate_n IS NOT NULL AND gs.queue = u.name
@@ -93,28 +94,35 @@ lapsed AS (
 found AS (
     SELECT * FROM ready UNION ALL SELECT * FROM lapsed
 ),
+held_groups AS (
+    SELECT q.name AS queue_name, hg.group_key, hg.held
+    FROM q CROSS JOIN LATERAL (SELECT gh.group_key, count(*) AS held FROM (
+            SELECT h.group_key FROM work_items h
+            WHERE q.group_cap IS NOT NULL AND h.queue = q.name
+              AND h.state IN ('starting', 'active', 'stopping') AND h.lease_expires_at > now()
+              AND h.group_key IS NOT NULL
+            UNION ALL
+            SELECT r.group_key FROM work_items r
+            WHERE q.group_cap IS NOT NULL AND q.wire AND r.queue = q.name AND r.state = 'queued'
+              AND r.wire AND r.lease_expires_at > now() AND r.group_key IS NOT NULL
+        ) gh
+        GROUP BY gh.group_key) AS hg
+    WHERE q.group_cap IS NOT NULL
+),
 rooms AS (
-    SELECT g.queue_name, g.group_key, least(
-            CASE WHEN q.group_cap IS NOT NULL
-                 THEN q.group_cap
-                      - (SELECT count(*) FROM work_items h
-                         WHERE h.queue = q.name AND h.group_key = g.group_key
-                           AND h.state IN ('starting', 'active', 'stopping') AND h.lease_expires_at > now())
-                      - CASE WHEN q.wire
-                             THEN (SELECT count(*) FROM work_items r
-                                   WHERE r.queue = q.name AND r.group_key = g.group_key
-                                     AND r.state = 'queued' AND r.wire AND r.lease_expires_at > now())
-                             ELSE 0 END
-            END,
-            CASE WHEN q.group_rate_n IS NOT NULL
-                 THEN q.group_rate_n
-                      - (SELECT count(*) FROM work_queue_starts gs
-                         WHERE gs.queue = q.name AND gs.group_key = g.group_key
-                           AND gs.started_at > now() - make_interval(secs => q.group_rate_s))
-            END
-        ) AS room
+    SELECT g.queue_name, g.group_key,
+           least(
+               CASE WHEN q.group_cap IS NOT NULL THEN q.group_cap - coalesce(hg.held, 0) END,
+               CASE WHEN q.group_rate_n IS NOT NULL
+                    THEN q.group_rate_n
+                         - (SELECT count(*) FROM work_queue_starts gs
+                            WHERE gs.queue = q.name AND gs.group_key = g.group_key
+                              AND gs.started_at > now() - make_interval(secs => q.group_rate_s))
+               END
+           ) AS room
     FROM (SELECT DISTINCT f.queue_name, f.group_key FROM found f WHERE f.group_key IS NOT NULL) AS g
     JOIN q ON q.name = g.queue_name
+    LEFT JOIN held_groups hg ON hg.queue_name = g.queue_name AND hg.group_key = g.group_key
     WHERE q.group_cap IS NOT NULL OR q.group_rate_n IS NOT NULL
 ),
 fitting AS (

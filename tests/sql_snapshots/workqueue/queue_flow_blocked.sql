@@ -39,17 +39,18 @@ v AS (
            CASE WHEN u.group_cap IS NULL AND u.group_rate_n IS NULL THEN '{}'::text[]
                 ELSE coalesce((
                         SELECT array_agg(DISTINCT full_g.group_key) FROM (
-                            SELECT gh.group_key FROM (
-                                SELECT h.group_key FROM work_items h
-                                WHERE u.group_cap IS NOT NULL AND h.queue = u.name
-                                  AND h.state IN ('starting', 'active', 'stopping') AND h.lease_expires_at > now()
-                                  AND h.group_key IS NOT NULL
-                                UNION ALL
-                                SELECT r.group_key FROM work_items r
-                                WHERE u.group_cap IS NOT NULL AND u.wire AND r.queue = u.name AND r.state = 'queued'
-                                  AND r.wire AND r.lease_expires_at > now() AND r.group_key IS NOT NULL
-                            ) gh
-                            GROUP BY gh.group_key HAVING count(*) >= u.group_cap
+                            SELECT held_g.group_key FROM (SELECT gh.group_key, count(*) AS held FROM (
+                                    SELECT h.group_key FROM work_items h
+                                    WHERE u.group_cap IS NOT NULL AND h.queue = u.name
+                                      AND h.state IN ('starting', 'active', 'stopping') AND h.lease_expires_at > now()
+                                      AND h.group_key IS NOT NULL
+                                    UNION ALL
+                                    SELECT r.group_key FROM work_items r
+                                    WHERE u.group_cap IS NOT NULL AND u.wire AND r.queue = u.name AND r.state = 'queued'
+                                      AND r.wire AND r.lease_expires_at > now() AND r.group_key IS NOT NULL
+                                ) gh
+                                GROUP BY gh.group_key) AS held_g
+                            WHERE held_g.held >= u.group_cap
                             UNION ALL
                             SELECT gs.group_key FROM work_queue_starts gs
                             WHERE u.group_rate_n IS NOT NULL AND gs.queue = u.name
