@@ -182,48 +182,85 @@ def test_reap_deletes_the_oldest_first_and_by_each_queues_retention():
     assert sorted(WorkItem.objects.values_list("key", flat=True)) == ["nine-days", "two-days", "young"]
 
 
-@pytest.mark.parametrize("statement", ["item_claim", "item_claim_capped", "item_claim_flow"])
-def test_a_claim_walks_the_claim_and_held_indexes_when_the_statistics_saw_no_queued_item(statement):
-    """A site with history whose last ANALYZE found no queued item (the queue was drained at
-    that moment: the usual case for a burst on an idle queue). The planner then estimates
-    every partial index over live rows at one row, and it read the unsettled items' key index,
-    whose predicate the claim's WHERE implies, from end to end with a filter instead of the
-    claim index: a 2,000-item backlog made each claim of 200 filter every unsettled row
-    (31.7 ms against 8.4 ms on a million stopped rows, and 0.26 of the fresh table's drain).
-    The ready walk must read work_items_claim_idx and the lapsed walk work_items_held_idx."""
-    with connection.cursor() as cur:  # 20,000 settled items of 20 other queues, over 8 days
+def load_other_queues_history(rows: int = 20_000) -> None:
+    """``rows`` settled items of 20 other queues over the last 8 days, then ANALYZE: the
+    statistics see history and not one queued item (a site whose queues were drained when
+    autovacuum last looked)."""
+    with connection.cursor() as cur:
         cur.execute(
             """
             INSERT INTO work_items (public_id, queue, key, state, outcome, priority, run_after, attempts,
                                     max_attempts, metadata, wire, reclaimed, handed_out, last_error,
                                     claimed_by, created_at, started_at, stopped_at)
-            SELECT 'work_h' || g, 'history.' || (g % 20), 'done-' || g, 'stopped', 'succeeded', 0, a.at, 1, 5,
+            SELECT 'work_h' || g, 'history.' || (g %% 20), 'done-' || g, 'stopped', 'succeeded', 0, a.at, 1, 5,
                    '{}', false, false, false, '', 'history', a.at, a.at, a.at
-            FROM generate_series(1, 20000) AS g
-            CROSS JOIN LATERAL (SELECT now() - make_interval(secs => 8 * 86400.0 * g / 20000)) AS a(at)
-            """
+            FROM generate_series(1, %s) AS g
+            CROSS JOIN LATERAL (SELECT now() - make_interval(secs => 8 * 86400.0 * g / %s)) AS a(at)
+            """,
+            [rows, rows],
         )
         cur.execute("ANALYZE work_items")
-    WorkItem.objects.enqueue_many([("test.fresh", f"f{i}") for i in range(2_000)])  # after the ANALYZE
-    params = {
-        "queues": ["test.fresh"],
-        "limits": [200],
-        "leases": [30.0],
-        "caps": [None],
-        "wires": [False],
-        "group_caps": [None],
-        "rate_ns": [None],
-        "rate_ss": [None],
-        "group_rate_ns": [None],
-        "group_rate_ss": [None],
-        "limit": 200,
-        "worker_id": "plans",
-        "relaxed": False,
-    }
-    plan = explain(statement, params)
-    assert "work_items_unsettled_key" not in plan, plan
-    assert "Index Scan using work_items_claim_idx" in plan, plan
-    assert "work_items_held_idx" in plan, plan
+
+
+def plans_of(verb) -> list[str]:
+    """Run ``verb()``, then EXPLAIN each statement it ran on work_items with the same
+    parameters (the statistics have not changed, so neither has the plan)."""
+    ran: list[tuple[str, object]] = []
+
+    def capture(execute, sql, params, many, context):
+        if "work_items" in sql and sql.lstrip().upper().startswith(("WITH", "SELECT", "UPDATE")):
+            ran.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        verb()
+    plans = []
+    with connection.cursor() as cur:
+        for sql, params in ran:
+            cur.execute("EXPLAIN " + sql, params)
+            plans.append(sql.split("\n")[0] + "\n" + "\n".join(r[0] for r in cur.fetchall()))
+    return plans
+
+
+@pytest.mark.parametrize("queue", ["test.noop", "test.capped", "test.flow"])
+def test_a_claim_walks_the_claim_and_held_indexes_when_the_statistics_saw_no_queued_item(queue):
+    """A site with history whose last ANALYZE found no queued item (the queue was drained at
+    that moment: the usual case for a burst on an idle queue). The planner then estimates
+    every partial index over live rows at one row, and it read the unsettled items' key index
+    from end to end with a filter instead of the claim index: a 2,000-item backlog made each
+    claim of 200 filter every unsettled row (31.7 ms against 8.4 ms on a million stopped
+    rows, and 0.26 of the fresh table's drain). The claim's ready walk must read
+    work_items_claim_idx and its lapsed walk work_items_held_idx, whichever path it takes
+    (plain, capped, flow-controlled)."""
+    load_other_queues_history()
+    if queue == "test.flow":
+        from workqueue import controls
+
+        controls.write(queue, limits={"max_running_per_group": 100}, by="test")
+    WorkItem.objects.enqueue_many([(queue, f"f{i}") for i in range(2_000)])  # after the ANALYZE
+    plans = plans_of(lambda: WorkItem.objects.claim([queue], limit=200, worker_id="plans"))
+    claim = [p for p in plans if "work_items_claim_idx" in p]
+    assert claim, "\n\n".join(plans)
+    for plan in plans:
+        assert "work_items_unsettled_key" not in plan, plan
+        assert "Seq Scan on work_items" not in plan, plan
+    assert "work_items_held_idx" in claim[0], claim[0]
+
+
+def test_a_wire_poll_walks_the_poll_index_when_the_statistics_saw_no_queued_item():
+    """The same trap for the wire's poll: its walk must read work_items_poll_idx."""
+    from workqueue.environments import create_environment
+
+    load_other_queues_history()
+    environment, _key = create_environment("plans", "self_hosted")
+    WorkItem.objects.enqueue_many(
+        [{"queue": "test.wire", "key": f"w{i}", "environment": environment.id} for i in range(2_000)]
+    )
+    plans = plans_of(lambda: WorkItem.objects.poll(environment.id))
+    assert any("work_items_poll_idx" in p for p in plans), "\n\n".join(plans)
+    for plan in plans:
+        assert "work_items_unsettled_key" not in plan, plan
+        assert "Seq Scan on work_items" not in plan, plan
 
 
 def test_cancel_by_key_still_reads_the_unsettled_items_key_index():
