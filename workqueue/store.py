@@ -237,8 +237,26 @@ def item_extend_many(
 def item_complete_many(
     *, ids: list[int], tokens: list[Token], outcome: str, using: str = DEFAULT_DB_ALIAS
 ) -> list[Row]:
-    """``item_complete_many``: the 1-based position of each item settled."""
-    return _run("item_complete_many", {"ids": ids, "tokens": tokens, "outcome": outcome}, using)
+    """``item_complete_many``: the 1-based position of each pair whose item was settled.
+
+    The statement finds each row's pair by binary search over the proofs and names the rows
+    it settled by id, so each run sends pairs sorted by proof and no id twice: the pairs go in
+    rounds, the first claim of each item presented in the first, a second claim of one (an
+    old and a new claim of an item, which one worker may hold) in the next. An item without
+    a proof cannot settle and is not sent."""
+    rounds: list[dict[int, tuple[UUID, int]]] = []  # per round: id -> (proof, position)
+    for n, (id, token) in enumerate(zip(ids, tokens, strict=True), 1):
+        if token is not None:
+            free = next((r for r in rounds if id not in r), None)
+            if free is None:
+                rounds.append(free := {})
+            free[id] = (token, n)
+    settled: list[Row] = []
+    for pairs in rounds:
+        ordered = sorted((token, id) for id, (token, _n) in pairs.items())
+        params = {"ids": [id for _, id in ordered], "tokens": [token for token, _ in ordered], "outcome": outcome}
+        settled += [(pairs[row[0]][1],) for row in _run("item_complete_many", params, using)]
+    return settled
 
 
 def item_retry(

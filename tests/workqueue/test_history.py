@@ -8,6 +8,7 @@ millions of stopped rows beside a few hundred held ones. These tests load such a
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 
 import pytest
@@ -268,3 +269,36 @@ def test_cancel_by_key_still_reads_the_unsettled_items_key_index():
     load_history(rows=20_000)
     plan = explain("item_cancel_key", {"key": "h7", "queue": None})
     assert "work_items_unsettled_keyed_idx" in plan, plan
+
+
+def prepared_plan(marker: str, args: list) -> str:
+    """EXPLAIN ANALYZE of the statement this connection prepared whose text holds ``marker``,
+    run with ``args`` through the plan the server keeps for it (after five runs, the generic
+    plan when it looks no dearer than the custom ones)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT name, generic_plans FROM pg_prepared_statements WHERE statement LIKE %s", [f"%{marker}%"])
+        ((name, generic),) = cur.fetchall()
+        literals = ", ".join(["%s"] * len(args))
+        cur.execute(f"EXPLAIN (ANALYZE, TIMING OFF) EXECUTE {name}({literals})", args)
+        return f"generic plans: {generic}\n" + "\n".join(r[0] for r in cur.fetchall())
+
+
+def test_a_batch_settle_matches_each_presented_item_once_when_the_statistics_saw_no_held_item():
+    """The same stale statistics estimate the held rows at one, and the prepared settle's plan
+    joined its 200 rows to the 200 presented (id, proof) pairs by a nested loop that ran the
+    unnest again for every row: 40,000 pairs formed and compared per settle of 200 (9.8 ms
+    against 3.0 ms in a 2-connection drain beside a million stopped rows: two thirds of what
+    the history cost that drain). Each presented pair must be read once."""
+    load_other_queues_history()
+    WorkItem.objects.enqueue_many([("test.fresh", f"f{i}") for i in range(8 * 200)])  # after the ANALYZE
+    for _ in range(7):  # as a worker's connection runs it: prepared, then the server's kept plan
+        batch = WorkItem.objects.claim(["test.fresh"], limit=200, worker_id="plans").items
+        assert len(WorkItem.objects.complete_many(batch)[0]) == 200
+    batch = WorkItem.objects.claim(["test.fresh"], limit=200, worker_id="plans").items
+    batch.sort(key=lambda i: i.lease_token)  # as the store sends them
+    statement = "FROM (SELECT $2::bigint[] AS ids"  # item_complete_many ($1 outcome, $2 ids, $3 proofs)
+    plan = prepared_plan(statement, ["succeeded", [i.id for i in batch], [i.lease_token for i in batch]])
+    assert "(actual rows=200 loops=1)" in plan.splitlines()[1], plan  # all 200 settled
+    # Each node runs once: nothing is read again per row.
+    assert max(int(n) for n in re.findall(r"loops=(\d+)", plan)) == 1, plan
+    assert "Rows Removed by Join Filter" not in plan, plan

@@ -71,12 +71,13 @@ def test_the_keeper_tells_an_old_claim_from_a_new_claim_of_the_same_item():
         keeper.close()
 
 
-def test_a_batch_holding_an_old_and_a_new_claim_of_one_item_settles_only_the_new_one():
+@pytest.mark.parametrize("new_first", [False, True])
+def test_a_batch_holding_an_old_and_a_new_claim_of_one_item_settles_only_the_new_one(new_first):
     WorkItem.objects.enqueue("test.short", "k")
     (old,) = WorkItem.objects.claim(["test.short"], limit=1, worker_id="w1").items
     WorkItem.objects.requeue_now([old.id])
     (new,) = WorkItem.objects.claim(["test.short"], limit=1, worker_id="w1").items
-    settled, lost = WorkItem.objects.complete_many([old, new])
+    settled, lost = WorkItem.objects.complete_many([new, old] if new_first else [old, new])
     assert settled == [new] and lost == [old]
     assert (row("k").state, row("k").outcome) == ("stopped", "succeeded")
 

@@ -2,7 +2,8 @@
 UPDATE work_items w
 SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL
-FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS t(id, token, n)
-WHERE w.id = ANY (ARRAY(SELECT unnest(%(ids)b::bigint[]))) AND w.id = t.id AND w.lease_token = t.token
-  AND w.state NOT IN ('queued', 'stopped')
-RETURNING t.n;
+FROM (SELECT %(ids)b::bigint[] AS ids, %(tokens)b::uuid[] AS tokens) AS p
+WHERE w.id = ANY (ARRAY(SELECT unnest(p.ids))) AND w.state NOT IN ('queued', 'stopped')
+  AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
+  AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
+RETURNING w.id;
