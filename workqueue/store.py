@@ -230,32 +230,48 @@ def item_extend(*, id: int, token: Token, lease: float, using: str = DEFAULT_DB_
 def item_extend_many(
     *, ids: list[int], tokens: list[Token], leases: list[float], relaxed: bool = False, using: str = DEFAULT_DB_ALIAS
 ) -> list[Row]:
-    """``item_extend_many``: (id, proof, new expiry or NULL when skipped, held, relaxed_commit) per item."""
-    return _run("item_extend_many", {"ids": ids, "tokens": tokens, "leases": leases, "relaxed": relaxed}, using)
+    """``item_extend_many``: (id, proof, new expiry or NULL when skipped, held, relaxed_commit)
+    per pair still held, once for each (an item renewed comes back twice from the statement,
+    without and with its expiry). The pairs go sorted by proof, as the statement's binary
+    search needs; an item without a proof is not held and is not sent."""
+    ordered = sorted((t, i, lease) for i, t, lease in zip(ids, tokens, leases, strict=True) if t is not None)
+    params = {
+        "ids": [i for _, i, _ in ordered],
+        "tokens": [t for t, _, _ in ordered],
+        "leases": [lease for _, _, lease in ordered],
+        "relaxed": relaxed,
+    }
+    rows: dict[tuple[int, UUID], Row] = {}
+    for row in _run("item_extend_many", params, using):
+        if row[2] is not None or (row[0], row[1]) not in rows:
+            rows[(row[0], row[1])] = row
+    return list(rows.values())
 
 
-def item_complete_many(
-    *, ids: list[int], tokens: list[Token], outcome: str, using: str = DEFAULT_DB_ALIAS
-) -> list[Row]:
-    """``item_complete_many``: the 1-based position of each pair whose item was settled.
-
-    The statement finds each row's pair by binary search over the proofs and names the rows
-    it settled by id, so each run sends pairs sorted by proof and no id twice: the pairs go in
-    rounds, the first claim of each item presented in the first, a second claim of one (an
-    old and a new claim of an item, which one worker may hold) in the next. An item without
-    a proof cannot settle and is not sent."""
-    rounds: list[dict[int, tuple[UUID, int]]] = []  # per round: id -> (proof, position)
+def _rounds(ids: list[int], tokens: list[Token]) -> list[list[tuple[UUID, int, int]]]:
+    """The (id, proof) pairs of a batch statement that finds each row's pair by binary search
+    over the proofs and names the rows it wrote by id: per round, (proof, id, position) sorted
+    by proof, no id twice (an old and a new claim of one item, which one worker may hold, go
+    in successive rounds). A pair without a proof holds nothing and is left out."""
+    rounds: list[dict[int, tuple[UUID, int, int]]] = []
     for n, (id, token) in enumerate(zip(ids, tokens, strict=True), 1):
         if token is not None:
             free = next((r for r in rounds if id not in r), None)
             if free is None:
                 rounds.append(free := {})
-            free[id] = (token, n)
+            free[id] = (token, id, n)
+    return [sorted(r.values()) for r in rounds]
+
+
+def item_complete_many(
+    *, ids: list[int], tokens: list[Token], outcome: str, using: str = DEFAULT_DB_ALIAS
+) -> list[Row]:
+    """``item_complete_many``: the 1-based position of each pair whose item was settled."""
     settled: list[Row] = []
-    for pairs in rounds:
-        ordered = sorted((token, id) for id, (token, _n) in pairs.items())
-        params = {"ids": [id for _, id in ordered], "tokens": [token for token, _ in ordered], "outcome": outcome}
-        settled += [(pairs[row[0]][1],) for row in _run("item_complete_many", params, using)]
+    for pairs in _rounds(ids, tokens):
+        params = {"ids": [p[1] for p in pairs], "tokens": [p[0] for p in pairs], "outcome": outcome}
+        at = {p[1]: p[2] for p in pairs}
+        settled += [(at[row[0]],) for row in _run("item_complete_many", params, using)]
     return settled
 
 
@@ -289,7 +305,12 @@ def item_requeue(*, id: int, token: Token, using: str = DEFAULT_DB_ALIAS) -> lis
 
 def item_release_many(*, ids: list[int], tokens: list[Token], using: str = DEFAULT_DB_ALIAS) -> list[Row]:
     """``item_release_many``: (id, proof) of each item given back."""
-    return _run("item_release_many", {"ids": ids, "tokens": tokens}, using)
+    released: list[Row] = []
+    for pairs in _rounds(ids, tokens):
+        proof = {p[1]: p[0] for p in pairs}
+        params = {"ids": [p[1] for p in pairs], "tokens": [p[0] for p in pairs]}
+        released += [(row[0], proof[row[0]]) for row in _run("item_release_many", params, using)]
+    return released
 
 
 def item_release_lost_connection(*, id: int, token: Token, error: str, using: str = DEFAULT_DB_ALIAS) -> list[Row]:

@@ -302,3 +302,21 @@ def test_a_batch_settle_matches_each_presented_item_once_when_the_statistics_saw
     # Each node runs once: nothing is read again per row.
     assert max(int(n) for n in re.findall(r"loops=(\d+)", plan)) == 1, plan
     assert "Rows Removed by Join Filter" not in plan, plan
+
+
+def test_a_renewal_of_every_held_lease_reads_each_presented_item_once_when_the_statistics_saw_none():
+    """The lease keeper's renewal joins the same kind of pairs, every few seconds, for every
+    item a worker holds."""
+    load_other_queues_history()
+    WorkItem.objects.enqueue_many([("test.fresh", f"f{i}") for i in range(400)])  # after the ANALYZE
+    held = WorkItem.objects.claim(["test.fresh"], limit=400, worker_id="plans").items
+    for _ in range(7):  # prepared, then the server's kept plan
+        renewed = WorkItem.objects.extend_many(held, [30.0] * len(held))
+        assert sum(v is not None for v in renewed.values()) == 400
+    held.sort(key=lambda i: i.lease_token)  # as the store sends them
+    statement = "WITH p AS (SELECT $1::bigint[] AS ids"  # item_extend_many ($1 ids, $2 proofs, $3 leases)
+    plan = prepared_plan(statement, [[i.id for i in held], [i.lease_token for i in held], [30.0] * len(held), False])
+    assert "(actual rows=800 loops=1)" in plan.splitlines()[1], plan  # 400 held, 400 renewed
+    # A node run once per row reads one row (the arrays' one-row holder), never the pairs again.
+    for rows, loops in re.findall(r"actual rows=(\d+) loops=(\d+)", plan):
+        assert int(loops) == 1 or int(rows) <= 1, plan

@@ -6,7 +6,8 @@ SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL
         || jsonb_build_array(jsonb_build_object(
                'attempt', w.attempts, 'worker', w.claimed_by, 'started_at', w.started_at, 'ended_at', now(),
                'outcome', 'released'::text, 'error', NULL::text))
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
-WHERE w.id = ANY (ARRAY(SELECT unnest(%(ids)s::bigint[]))) AND w.id = t.id AND w.lease_token = t.token
-  AND w.state IN ('starting', 'active')
-RETURNING w.id, t.token;
+FROM (SELECT %(ids)s::bigint[] AS ids, %(tokens)s::uuid[] AS tokens) AS p
+WHERE w.id = ANY (ARRAY(SELECT unnest(%(ids)s::bigint[]))) AND w.state NOT IN ('queued', 'stopped') AND w.state <> 'stopping'
+  AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
+  AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
+RETURNING w.id;
