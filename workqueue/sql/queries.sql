@@ -255,13 +255,15 @@ FROM renewed;
 -- old and a new claim of one item in separate statements, so an id settled names one pair.
 -- The arrays travel in the binary format (%(name)b): spelling out and escaping hundreds of
 -- ids and UUIDs as text cost the settler ~4 µs of CPU per item, binary ~1 µs. They are cast
--- once (p): the driver may send the ids as int4[], and a cast in the WHERE converted the
--- whole array again for every row.
+-- once, in a materialized one-row p: the driver may send the ids as int4[], and a cast in the
+-- WHERE (or in a subquery the planner pulls up into it) converted the whole array again for
+-- every row.
+WITH p AS MATERIALIZED (SELECT %(ids)b::bigint[] AS ids, %(tokens)b::uuid[] AS tokens)
 UPDATE work_items w
 SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = NULL,
     lease_expires_at = NULL
-FROM (SELECT %(ids)b::bigint[] AS ids, %(tokens)b::uuid[] AS tokens) AS p
-WHERE {by_pkey:w, SELECT unnest(p.ids)} AND w.state NOT IN {states_unheld}
+FROM p
+WHERE {by_pkey:w, SELECT unnest(%(ids)b::bigint[])} AND w.state NOT IN {states_unheld}
   AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
   AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
 RETURNING w.id;
@@ -308,11 +310,12 @@ RETURNING id;
 -- ids given back. Pairs are matched as in item_complete_many (sorted by proof, a binary
 -- search a row, no join; an old and a new claim of one item in separate rounds, the store's),
 -- and the running states written as "neither unheld nor stopping", as in item_extend_many.
+WITH p AS MATERIALIZED (SELECT %(ids)s::bigint[] AS ids, %(tokens)s::uuid[] AS tokens)
 UPDATE work_items w
 SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL,
     lease_expires_at = NULL, reclaimed = false, claimed_by = '',
     attempt_log = {attempt_ended:w, 'released', NULL}
-FROM (SELECT %(ids)s::bigint[] AS ids, %(tokens)s::uuid[] AS tokens) AS p
+FROM p
 WHERE {by_pkey:w, SELECT unnest(%(ids)s::bigint[])} AND w.state NOT IN {states_unheld} AND w.state <> 'stopping'
   AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
   AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
