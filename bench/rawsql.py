@@ -117,7 +117,7 @@ def _drain_loop(conninfo: str, queue: str, batch: int, lease: float, out, go) ->
             rows = conn.execute(claim, params).fetchall()
             if not rows:
                 break
-            rows.sort(key=lambda r: r[_TOKEN])  # as the store sends them: sorted by proof
+            rows.sort(key=lambda r: r[_TOKEN].int)  # as the store sends them: sorted by proof
             conn.execute(
                 complete,
                 {"ids": [r[_ID] for r in rows], "tokens": [r[_TOKEN] for r in rows], "outcome": "succeeded"},

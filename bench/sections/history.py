@@ -248,7 +248,7 @@ def plans(conninfo: str, batch: int) -> dict:
     with rawsql._connect(conninfo) as conn:
 
         def settle_params(rows) -> dict:
-            rows = sorted(rows, key=lambda r: r[_TOKEN])  # as the store sends them: sorted by proof
+            rows = sorted(rows, key=lambda r: r[_TOKEN].int)  # as the store sends them: sorted by proof
             return {"ids": [r[_ID] for r in rows], "tokens": [r[_TOKEN] for r in rows], "outcome": "succeeded"}
 
         # Warm-up, as a worker's connection runs them: prepared, then executed 6 times, after
