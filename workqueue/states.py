@@ -69,7 +69,7 @@ HELD_STATES = (State.STARTING, State.ACTIVE, State.STOPPING)
 UNHELD_STATES = tuple(s for s in State if s not in HELD_STATES)
 # Running: held and not winding down; the holder may renew, retry, requeue or release it.
 RUNNING_STATES = (State.STARTING, State.ACTIVE)
-# Unsettled: not stopped yet (the work_items_unsettled_key_idx predicate).
+# Unsettled: not stopped yet (with key <> '', the work_items_unsettled_keyed_idx predicate).
 UNSETTLED_STATES = (State.QUEUED, State.STARTING, State.ACTIVE, State.STOPPING)
 # A graceful wire stop settles these outright: nothing is in flight to wind down.
 STOP_OUTRIGHT_STATES = (State.QUEUED, State.STARTING)

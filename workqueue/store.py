@@ -234,11 +234,11 @@ def item_extend_many(
     per pair still held, once for each (an item renewed comes back twice from the statement,
     without and with its expiry). The pairs go sorted by proof, as the statement's binary
     search needs; an item without a proof is not held and is not sent."""
-    ordered = sorted((t.int, t, i, lease) for i, t, lease in zip(ids, tokens, leases, strict=True) if t is not None)
+    ordered = _by_proof(ids, tokens)
     params = {
-        "ids": [i for _, _, i, _ in ordered],
-        "tokens": [t for _, t, _, _ in ordered],
-        "leases": [lease for _, _, _, lease in ordered],
+        "ids": [id for _, id, _ in ordered],
+        "tokens": [t for t, _, _ in ordered],
+        "leases": [leases[n - 1] for _, _, n in ordered],
         "relaxed": relaxed,
     }
     rows: dict[tuple[int, UUID], Row] = {}
@@ -248,27 +248,29 @@ def item_extend_many(
     return list(rows.values())
 
 
+def _by_proof(ids: list[int], tokens: list[Token]) -> list[tuple[UUID, int, int]]:
+    """(proof, id, position) of each presented pair that has a proof, sorted by proof: what the
+    batch statements' binary search over the proofs (the presented_at fragment) needs. Sorted
+    on the proofs' integers (PostgreSQL orders uuids by their bytes: the same order), five
+    times quicker than comparing UUID objects."""
+    keyed = sorted((t.int, t, id, n) for n, (id, t) in enumerate(zip(ids, tokens, strict=True), 1) if t is not None)
+    return [(t, id, n) for _, t, id, n in keyed]
+
+
 def _rounds(ids: list[int], tokens: list[Token]) -> list[list[tuple[UUID, int, int]]]:
-    """The (id, proof) pairs of a batch statement that finds each row's pair by binary search
-    over the proofs and names the rows it wrote by id: per round, (proof, id, position) sorted
-    by proof, no id twice (an old and a new claim of one item, which one worker may hold, go
-    in successive rounds). A pair without a proof holds nothing and is left out. Sorted on
-    the proofs' integers (PostgreSQL orders uuids by their bytes, the same order), which is
-    five times quicker than comparing UUID objects: ~0.3 µs an item in all."""
-    pairs = [(t.int, t, id, n) for n, (id, t) in enumerate(zip(ids, tokens, strict=True), 1) if t is not None]
-    pairs.sort()
-    rounds: list[list[tuple[UUID, int, int]]] = [[]]
-    seen: list[set[int]] = [set()]
-    for _, t, id, n in pairs:
-        k = 0
-        while id in seen[k]:  # a second claim of this item: the next round
-            k += 1
-            if k == len(rounds):
-                rounds.append([])
-                seen.append(set())
+    """The pairs of a batch statement that names the rows it wrote by id (settle, give-back),
+    as _by_proof gives them, in rounds with no id twice: an old and a new claim of one item,
+    which one worker may hold, go in successive statements."""
+    rounds: list[list[tuple[UUID, int, int]]] = []
+    seen: list[set[int]] = []
+    for t, id, n in _by_proof(ids, tokens):
+        k = next((k for k, ids_in in enumerate(seen) if id not in ids_in), len(rounds))
+        if k == len(rounds):
+            rounds.append([])
+            seen.append(set())
         seen[k].add(id)
         rounds[k].append((t, id, n))
-    return [r for r in rounds if r]
+    return rounds
 
 
 def item_complete_many(

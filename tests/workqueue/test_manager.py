@@ -384,3 +384,33 @@ def test_an_unknown_proof_is_refused():
     with pytest.raises(LeaseLost):
         WorkItem.objects.complete(item)
     assert row("k").state == "active"
+
+
+@pytest.mark.parametrize("keys", [[""], ["ok", ""]])
+def test_an_empty_key_is_refused_so_every_unsettled_item_is_in_the_key_index(keys):
+    """work_items_unsettled_keyed_idx leaves out rows whose key is '' (its predicate says key <> '',
+    so that claims cannot read it): it holds every unsettled item only because no item has one."""
+    with pytest.raises(InvalidInput, match="non-empty"):
+        if len(keys) == 1:
+            WorkItem.objects.enqueue("test.noop", keys[0])
+        else:
+            WorkItem.objects.enqueue_many([("test.noop", k) for k in keys])
+    assert not WorkItem.objects.exists()
+
+
+def test_a_renewal_skips_a_row_another_transaction_holds_and_reports_it_still_held():
+    """item_extend_many: a locked row comes back with no expiry (retry soon), a renewed one with
+    its new expiry, a stale proof not at all; the old and the new claim of one item apart."""
+    WorkItem.objects.enqueue_many([("test.noop", k) for k in ("locked", "free", "again")])
+    items = {i.key: i for i in WorkItem.objects.claim(["test.noop"], limit=3, worker_id="w").items}
+    old = items["again"]
+    WorkItem.objects.requeue_now([old.id])
+    (new,) = WorkItem.objects.claim(["test.noop"], limit=1, worker_id="w").items
+    with side_connection(autocommit=False) as side:
+        side.execute("SELECT 1 FROM work_items WHERE id = %s FOR UPDATE", [items["locked"].id])
+        renewed = WorkItem.objects.extend_many([items["locked"], items["free"], old, new], [60.0] * 4)
+        side.rollback()
+    assert set(renewed) == {(i.id, i.lease_token) for i in (items["locked"], items["free"], new)}
+    assert renewed[(items["locked"].id, items["locked"].lease_token)] is None
+    assert renewed[(items["free"].id, items["free"].lease_token)] is not None
+    assert renewed[(new.id, new.lease_token)] is not None

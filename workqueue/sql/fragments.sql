@@ -47,6 +47,8 @@
 --   {claim_take:CANDIDATES}                 a claim's take: hand out or settle each candidate
 --   {claim_handed}                          a claim's result rows, in claim order
 --   {by_pkey:W, IDS}                        reach rows W by primary key, whatever the planner estimates
+--   {presented_at:W, P} / {presented_pair:W, P}   W's (id, proof) pair among those presented in P
+--   {running_by_pkey:W}                     W is running, in a form work_items_held_idx cannot serve
 
 
 -- fragment: relaxed()
@@ -469,3 +471,26 @@ SELECT handed.*,
         WHERE %(relaxed)s::bool AND NOT EXISTS (SELECT 1 FROM settled)) AS relaxed_commit
 FROM (SELECT * FROM claimed UNION ALL SELECT * FROM settled) AS handed
 ORDER BY handed.priority DESC, handed.run_after, handed.id
+
+
+-- fragment: presented_at(w, p)
+-- The position of W's proof among the proofs a worker presented, P.tokens (uuid[], sorted:
+-- the store sorts the pairs by proof), found by binary search; the position of the last
+-- proof below it when W's is not there (presented_pair checks). A batch statement (settle,
+-- renewal, give-back) matches each row to its pair with it, not with a join to the unnested
+-- pairs: planned with the held rows estimated at one (statistics taken while nothing was
+-- held), such a join read the pairs again for every row.
+width_bucket($w.lease_token, $p.tokens)
+
+
+-- fragment: presented_pair(w, p)
+-- W holds one of the (id, proof) pairs presented in the arrays P.ids and P.tokens (sorted by
+-- proof, position for position): its proof is there, and the pair names W's id.
+$p.tokens[{presented_at:$w, $p}] = $w.lease_token AND $p.ids[{presented_at:$w, $p}] = $w.id
+
+
+-- fragment: running_by_pkey(w)
+-- W is running (starting or active: states_running), written as "neither unheld nor
+-- stopping" so that the planner cannot read work_items_held_idx end to end in place of a
+-- statement's primary-key lookups: it estimates the held rows at one on a table of history.
+$w.state NOT IN {states_unheld} AND $w.state <> 'stopping'

@@ -213,20 +213,18 @@ WITH candidates AS (
 WITH p AS (SELECT %(ids)b::bigint[] AS ids, %(tokens)b::uuid[] AS tokens, %(leases)b::float8[] AS leases),
 held AS (
     SELECT w.id, w.lease_token FROM work_items w, p
-    WHERE {by_pkey:w, SELECT unnest(%(ids)b::bigint[])} AND w.state NOT IN {states_unheld} AND w.state <> 'stopping'
-      AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
-      AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
+    WHERE {by_pkey:w, SELECT unnest(%(ids)b::bigint[])} AND {running_by_pkey:w}
+      AND {presented_pair:w, p}
 ),
 mine AS (
     SELECT w.id FROM work_items w, p
-    WHERE {by_pkey:w, SELECT held.id FROM held} AND w.state NOT IN {states_unheld} AND w.state <> 'stopping'
-      AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
-      AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
+    WHERE {by_pkey:w, SELECT held.id FROM held} AND {running_by_pkey:w}
+      AND {presented_pair:w, p}
     FOR UPDATE OF w SKIP LOCKED
 ),
 renewed AS (
     UPDATE work_items w
-    SET lease_expires_at = now() + make_interval(secs => p.leases[width_bucket(w.lease_token, p.tokens)])
+    SET lease_expires_at = now() + make_interval(secs => p.leases[{presented_at:w, p}])
     FROM p
     WHERE {by_pkey:w, SELECT mine.id FROM mine}
     RETURNING w.id, w.lease_token, w.lease_expires_at
@@ -264,8 +262,7 @@ SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = 
     lease_expires_at = NULL
 FROM p
 WHERE {by_pkey:w, SELECT unnest(%(ids)b::bigint[])} AND w.state NOT IN {states_unheld}
-  AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
-  AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
+  AND {presented_pair:w, p}
 RETURNING w.id;
 
 
@@ -316,9 +313,8 @@ SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL
     lease_expires_at = NULL, reclaimed = false, claimed_by = '',
     attempt_log = {attempt_ended:w, 'released', NULL}
 FROM p
-WHERE {by_pkey:w, SELECT unnest(%(ids)s::bigint[])} AND w.state NOT IN {states_unheld} AND w.state <> 'stopping'
-  AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
-  AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
+WHERE {by_pkey:w, SELECT unnest(%(ids)s::bigint[])} AND {running_by_pkey:w}
+  AND {presented_pair:w, p}
 RETURNING w.id;
 
 

@@ -5,6 +5,5 @@ SET state = 'stopped', outcome = %(outcome)s, stopped_at = now(), lease_token = 
     lease_expires_at = NULL
 FROM p
 WHERE w.id = ANY (ARRAY(SELECT unnest(%(ids)b::bigint[]))) AND w.state NOT IN ('queued', 'stopped')
-  AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
-  AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
+  AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
 RETURNING w.id;

@@ -3,14 +3,12 @@ WITH p AS (SELECT %(ids)b::bigint[] AS ids, %(tokens)b::uuid[] AS tokens, %(leas
 held AS (
     SELECT w.id, w.lease_token FROM work_items w, p
     WHERE w.id = ANY (ARRAY(SELECT unnest(%(ids)b::bigint[]))) AND w.state NOT IN ('queued', 'stopped') AND w.state <> 'stopping'
-      AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
-      AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
+      AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
 ),
 mine AS (
     SELECT w.id FROM work_items w, p
     WHERE w.id = ANY (ARRAY(SELECT held.id FROM held)) AND w.state NOT IN ('queued', 'stopped') AND w.state <> 'stopping'
-      AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
-      AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
+      AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
     FOR UPDATE OF w SKIP LOCKED
 ),
 renewed AS (

@@ -9,6 +9,5 @@ SET state = 'queued', attempts = greatest(w.attempts - 1, 0), lease_token = NULL
                'outcome', 'released'::text, 'error', NULL::text))
 FROM p
 WHERE w.id = ANY (ARRAY(SELECT unnest(%(ids)s::bigint[]))) AND w.state NOT IN ('queued', 'stopped') AND w.state <> 'stopping'
-  AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token
-  AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
+  AND p.tokens[width_bucket(w.lease_token, p.tokens)] = w.lease_token AND p.ids[width_bucket(w.lease_token, p.tokens)] = w.id
 RETURNING w.id;
